@@ -1,0 +1,198 @@
+"""Config schemas: one typed dataclass per config group, registered in Hydra's ConfigStore.
+
+What lives here: the schemas (so a typo or a wrong type in a YAML file or an override is rejected
+with the key named, before any env is built), the checks no type can express (`validate`), and
+`resolve_device`. What does not: the YAML values (conf/), the code the configs build.
+
+Each YAML file links its schema from its defaults list (`- /schema/train@_here_` etc.).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work; the message names the key, the value and why."""
+
+
+@dataclass
+class TrainConfig:
+    """PPO hyper-parameters, with CleanRL's names and its ppo.py defaults."""
+
+    total_timesteps: int = 500_000
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True
+    num_steps: int = 128
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    norm_adv: bool = True
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    vf_clip_coef: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = None
+    adam_eps: float = 1e-5
+    # Checkpoint every N epochs (an epoch = one rollout + one update); 0: only at the end.
+    checkpoint_interval: int = 0
+    # Episodes of the final evaluation (deterministic policy, seeds apart from training's).
+    eval_episodes: int = 20
+    # Torch intra-op threads; 0 picks for the machine (see puffer.ppo.pick_threads).
+    torch_threads: int = 0
+    compile: bool = False
+    # Seconds between progress lines when stdout is not a terminal.
+    log_interval: float = 5.0
+
+
+@dataclass
+class VecConfig:
+    backend: str = "serial"
+    num_envs: int = 8
+    num_workers: int | None = None
+    batch_size: int | None = None
+    overwork: bool = False
+    start_method: str | None = None
+
+
+@dataclass
+class GymnasiumEnvConfig:
+    """Any env registered with gymnasium, by id."""
+
+    _target_: str = "puffer.envs.make_gymnasium"
+    id: str = MISSING
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    validate_steps: int = 1000
+
+
+@dataclass
+class PettingZooEnvConfig:
+    """A PettingZoo env module (e.g. pettingzoo.butterfly.pistonball_v6), built as a parallel env."""
+
+    _target_: str = "puffer.envs.make_pettingzoo"
+    module: str = MISSING
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    validate_steps: int = 1000
+
+
+@dataclass
+class DefaultPolicyConfig:
+    _target_: str = "puffer.models.Default"
+    hidden_size: int = 64
+    num_layers: int = 2
+    activation: str = "tanh"
+
+
+@dataclass
+class LoggerConfig:
+    """`backend: none` writes only the local metrics file; `wandb` logs to Weights & Biases too."""
+
+    backend: str = "none"
+    project: str = "puffer"
+    entity: str | None = None
+    group: str | None = None
+    job_type: str = "train"
+    tags: list[str] = field(default_factory=list)
+    name: str | None = None
+    # offline | online | disabled; null: online when an API key is configured, else offline.
+    mode: str | None = None
+    log_checkpoints: bool = True
+
+
+@dataclass
+class ModeConfig:
+    name: str = "train"
+
+
+@dataclass
+class RunConfig:
+    env: Any = MISSING
+    vec: VecConfig = field(default_factory=VecConfig)
+    policy: Any = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    mode: ModeConfig = field(default_factory=ModeConfig)
+    seed: int = 0
+    device: str = "auto"
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    for name, node in {
+        "train": TrainConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
+        "env_gymnasium": GymnasiumEnvConfig, "env_pettingzoo": PettingZooEnvConfig,
+        "policy_default": DefaultPolicyConfig,
+    }.items():
+        cs.store(group="schema", name=name, node=node)
+
+
+register()
+
+
+MODES = ("train",)
+BACKENDS = ("serial", "multiprocessing")
+LOGGER_BACKENDS = ("none", "wandb")
+WANDB_MODES = (None, "offline", "online", "disabled")
+
+
+def _require(ok: bool, key: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: expected {expected}")
+
+
+def validate(cfg) -> None:
+    """Reject impossible combinations before any env starts. `cfg` is the composed run config."""
+    t, v = cfg.train, cfg.vec
+    _require(cfg.mode.name in MODES, "mode.name", cfg.mode.name, f"one of {MODES}")
+    _require(v.backend in BACKENDS, "vec.backend", v.backend, f"one of {BACKENDS}")
+    _require(v.num_envs >= 1, "vec.num_envs", v.num_envs, "an integer >= 1")
+    _require(t.total_timesteps > 0, "train.total_timesteps", t.total_timesteps, "an integer > 0")
+    _require(t.num_steps >= 1, "train.num_steps", t.num_steps, "an integer >= 1")
+    _require(t.learning_rate > 0 and math.isfinite(t.learning_rate), "train.learning_rate",
+             t.learning_rate, "a finite number > 0")
+    _require(0 <= t.gamma <= 1, "train.gamma", t.gamma, "a number in [0, 1]")
+    _require(0 <= t.gae_lambda <= 1, "train.gae_lambda", t.gae_lambda, "a number in [0, 1]")
+    _require(t.update_epochs >= 1, "train.update_epochs", t.update_epochs, "an integer >= 1")
+    _require(t.clip_coef > 0, "train.clip_coef", t.clip_coef, "a number > 0")
+    _require(t.max_grad_norm > 0, "train.max_grad_norm", t.max_grad_norm, "a number > 0")
+    _require(t.num_minibatches >= 1, "train.num_minibatches", t.num_minibatches, "an integer >= 1")
+    batch = t.num_steps * v.num_envs
+    _require(t.num_minibatches <= batch, "train.num_minibatches", t.num_minibatches,
+             f"at most the batch of train.num_steps * vec.num_envs = {batch} steps")
+    _require(t.checkpoint_interval >= 0, "train.checkpoint_interval", t.checkpoint_interval,
+             "an integer >= 0 (0: only at the end)")
+    _require(t.eval_episodes >= 0, "train.eval_episodes", t.eval_episodes, "an integer >= 0")
+    _require(cfg.logger.backend in LOGGER_BACKENDS, "logger.backend", cfg.logger.backend,
+             f"one of {LOGGER_BACKENDS}")
+    _require(cfg.logger.mode in WANDB_MODES, "logger.mode", cfg.logger.mode,
+             "offline, online, disabled or null")
+    resolve_device(cfg.device)
+
+
+def resolve_device(device: str) -> str:
+    """`auto` -> cuda when available, else cpu; checks that an explicit device exists."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={device!r}: CUDA is not available here; use device=auto or cpu")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise ConfigError(
+                f"device={device!r}: expected cuda or cuda:N with N < {torch.cuda.device_count()}"
+            )
+        return device
+    raise ConfigError(f"device={device!r}: expected auto, cpu, cuda or cuda:N")

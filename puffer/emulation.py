@@ -1,0 +1,318 @@
+"""Emulation: wrap Gymnasium and PettingZoo envs into puffer's flat, fixed-shape env protocol.
+
+What lives here: the protocol every puffer env follows (`PufferEnv`, `Buffers`), and the wrappers
+`GymnasiumPufferEnv` and `PettingZooPufferEnv`. What does not: the layout math of spaces
+(puffer.spaces), batching many envs (puffer.vector), native batched envs (puffer.envs.ocean).
+
+The protocol, shared by every backend and env:
+- `num_agents` rows per env; `single_observation_space` / `single_action_space` are flat.
+- The env writes observations, rewards, terminals, truncations and masks in place into `Buffers`
+  that the vector backend hands it (shared memory in Multiprocessing), so no copy is made per step.
+- `step(actions)` takes one flat action per row, shape (num_agents, *action_shape).
+- Autoreset is "next step": the step after an episode ends ignores its action and returns the reset
+  observation with reward 0 and no done flags. So the observation returned *with* a done flag is
+  the true final observation, and the trainer bootstraps truncations from it for free; it masks the
+  reset transition out of the loss and GAE (a row is valid when `mask` is set and the previous step
+  of that row was not done).
+- Masks: False for rows with no live agent (multi-agent), which get zero obs and reward 0.
+- Infos: a list of dicts, one per finished episode, with `episode_return` and `episode_length`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from puffer.spaces import ActionLayout, ObsLayout, SpaceError
+
+__all__ = [
+    "Buffers", "PufferEnv", "GymnasiumPufferEnv", "PettingZooPufferEnv", "SpaceError", "nativize",
+]
+
+
+@dataclass
+class Buffers:
+    """The per-row arrays an env writes into; one row per agent slot."""
+
+    observations: np.ndarray
+    rewards: np.ndarray
+    terminals: np.ndarray
+    truncations: np.ndarray
+    masks: np.ndarray
+
+    @staticmethod
+    def specs(observation_space: gymnasium.spaces.Box, rows: int) -> dict[str, tuple[tuple, np.dtype]]:
+        return {
+            "observations": ((rows, *observation_space.shape), np.dtype(observation_space.dtype)),
+            "rewards": ((rows,), np.dtype(np.float32)),
+            "terminals": ((rows,), np.dtype(bool)),
+            "truncations": ((rows,), np.dtype(bool)),
+            "masks": ((rows,), np.dtype(bool)),
+        }
+
+    @classmethod
+    def allocate(cls, observation_space: gymnasium.spaces.Box, rows: int) -> Buffers:
+        return cls(**{k: np.zeros(s, d) for k, (s, d) in cls.specs(observation_space, rows).items()})
+
+    def rows(self, start: int, stop: int) -> Buffers:
+        """Views of rows [start, stop): what one env (or one worker) writes into."""
+        return Buffers(**{f.name: getattr(self, f.name)[start:stop] for f in fields(self)})
+
+
+class PufferEnv:
+    """Base of every puffer env (wrapped or native). Subclasses set the spaces and `num_agents`,
+    call `set_buffers`, and implement `reset` and `step` writing into the buffers."""
+
+    single_observation_space: gymnasium.spaces.Space
+    single_action_space: gymnasium.spaces.Space
+    num_agents: int = 1
+    name: str = "env"
+
+    def set_buffers(self, buffers: Buffers | None) -> None:
+        if buffers is None:
+            buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
+        expected = Buffers.specs(self.single_observation_space, self.num_agents)
+        for key, (shape, dtype) in expected.items():
+            got = getattr(buffers, key)
+            if got.shape != shape or got.dtype != dtype:
+                raise ValueError(
+                    f"{self.name}: buffer {key} must have shape {shape} and dtype {dtype}, "
+                    f"got {got.shape} {got.dtype}"
+                )
+        self.buffers = buffers
+        self.observations = buffers.observations
+        self.rewards = buffers.rewards
+        self.terminals = buffers.terminals
+        self.truncations = buffers.truncations
+        self.masks = buffers.masks
+
+    def outputs(self, infos: list[dict]) -> tuple:
+        return self.observations, self.rewards, self.terminals, self.truncations, infos
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> tuple:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _build(env: Any, env_creator, env_args, env_kwargs, kind: str) -> Any:
+    if (env is None) == (env_creator is None):
+        raise ValueError(f"{kind}: pass exactly one of env= or env_creator=")
+    return env if env is not None else env_creator(*(env_args or ()), **(env_kwargs or {}))
+
+
+def _env_name(env: Any) -> str:
+    spec = getattr(env, "spec", None)
+    if spec is not None and getattr(spec, "id", None):
+        return spec.id
+    metadata = getattr(env, "metadata", None) or {}
+    return metadata.get("name") or type(getattr(env, "unwrapped", env)).__name__
+
+
+class GymnasiumPufferEnv(PufferEnv):
+    """One Gymnasium env as a single-agent puffer env (one row)."""
+
+    def __init__(self, env: gymnasium.Env | None = None, env_creator=None, env_args=(),
+                 env_kwargs=None, buf: Buffers | None = None, seed: int = 0,
+                 validate_steps: int = 1000):
+        self.env = _build(env, env_creator, env_args, env_kwargs, "GymnasiumPufferEnv")
+        self.name = _env_name(self.env)
+        self.obs_layout = ObsLayout(self.env.observation_space)
+        self.action_layout = ActionLayout(self.env.action_space)
+        self.single_observation_space = self.obs_layout.flat_space
+        self.single_action_space = self.action_layout.flat_space
+        self.num_agents = 1
+        self.validate_steps = validate_steps
+        self.seed = seed
+        self._checked = 0
+        self._needs_reset = True
+        self._started = False
+        self.set_buffers(buf)
+
+    def set_buffers(self, buffers: Buffers | None) -> None:
+        super().set_buffers(buffers)
+        self._obs_views = self.obs_layout.leaf_views(self.observations[0, ...])
+
+    def _write_obs(self, obs: Any) -> None:
+        if self._checked < self.validate_steps:
+            self._checked += 1
+            self.obs_layout.check(obs, self.name)
+        self.obs_layout.write(self._obs_views, obs)
+
+    def reset(self, seed: int | None = None):
+        obs, _ = self.env.reset(seed=self.seed if seed is None else seed)
+        self._write_obs(obs)
+        self._clear_step(mask=True)
+        self._needs_reset, self._started = False, True
+        self._return, self._length = 0.0, 0
+        return self.observations, []
+
+    def _clear_step(self, mask: bool) -> None:
+        self.rewards[0] = 0.0
+        self.terminals[0] = False
+        self.truncations[0] = False
+        self.masks[0] = mask
+
+    def step(self, actions):
+        if not self._started:
+            raise RuntimeError(f"{self.name}: call reset() before step()")
+        if self._needs_reset:
+            obs, _ = self.env.reset()
+            self._write_obs(obs)
+            self._clear_step(mask=True)
+            self._needs_reset = False
+            self._return, self._length = 0.0, 0
+            return self.outputs([])
+        flat = np.asarray(actions).reshape((1, *self.single_action_space.shape))[0]
+        action = self.action_layout.decode(flat, self.name, check=self._checked < self.validate_steps)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._write_obs(obs)
+        self.rewards[0] = reward
+        self.terminals[0] = terminated
+        self.truncations[0] = truncated
+        self.masks[0] = True
+        self._return += float(reward)
+        self._length += 1
+        if not (terminated or truncated):
+            return self.outputs([])
+        self._needs_reset = True
+        return self.outputs([_episode_info(self._return, self._length, info)])
+
+    def render(self):
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _episode_info(episode_return: float, length: int, info: dict | None = None) -> dict:
+    """Episode statistics plus the env's own scalar numeric infos at the end of an episode."""
+    out = {}
+    for key, value in (info or {}).items():
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            out[str(key)] = float(value)
+    out["episode_return"] = float(episode_return)
+    out["episode_length"] = int(length)
+    return out
+
+
+class PettingZooPufferEnv(PufferEnv):
+    """A PettingZoo parallel env (or an AEC env, converted) as a puffer env with one row per
+    possible agent. Agents that are not alive get zero observations, reward 0 and mask False;
+    their actions are dropped. Every agent must share one observation and one action space."""
+
+    def __init__(self, env=None, env_creator=None, env_args=(), env_kwargs=None,
+                 buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000):
+        env = _build(env, env_creator, env_args, env_kwargs, "PettingZooPufferEnv")
+        from pettingzoo.utils.env import AECEnv
+
+        if isinstance(env, AECEnv):
+            from pettingzoo.utils.conversions import aec_to_parallel
+
+            env = aec_to_parallel(env)
+        self.env = env
+        self.name = _env_name(env)
+        self.possible_agents = list(env.possible_agents)
+        self.agent_ids = self.possible_agents
+        first = self.possible_agents[0]
+        for agent in self.possible_agents[1:]:
+            for kind in ("observation_space", "action_space"):
+                mine, theirs = getattr(env, kind)(agent), getattr(env, kind)(first)
+                if mine != theirs:
+                    raise SpaceError(
+                        f"{self.name}: agent {agent!r} has {kind} {mine}, but agent {first!r} has "
+                        f"{theirs}; puffer batches agents as rows of one shared space"
+                    )
+        self.obs_layout = ObsLayout(env.observation_space(first))
+        self.action_layout = ActionLayout(env.action_space(first))
+        self.single_observation_space = self.obs_layout.flat_space
+        self.single_action_space = self.action_layout.flat_space
+        self.num_agents = len(self.possible_agents)
+        self.validate_steps = validate_steps
+        self.seed = seed
+        self._checked = 0
+        self._needs_reset = True
+        self._started = False
+        self.set_buffers(buf)
+
+    def set_buffers(self, buffers: Buffers | None) -> None:
+        super().set_buffers(buffers)
+        self._obs_views = [self.obs_layout.leaf_views(self.observations[row, ...])
+                           for row in range(self.num_agents)]
+
+    def _write_rows(self, observations: dict) -> None:
+        self.observations[...] = 0
+        self.masks[...] = False
+        for row, agent in enumerate(self.possible_agents):
+            if agent not in observations:
+                continue
+            obs = observations[agent]
+            if self._checked < self.validate_steps:
+                self.obs_layout.check(obs, f"{self.name} agent {agent!r}")
+            self.obs_layout.write(self._obs_views[row], obs)
+            self.masks[row] = True
+        self._checked += 1
+
+    def _start_episode(self, seed: int | None) -> None:
+        observations, _ = self.env.reset(seed=seed)
+        self._write_rows(observations)
+        self.rewards[...] = 0
+        self.terminals[...] = False
+        self.truncations[...] = False
+        self._returns = dict.fromkeys(self.possible_agents, 0.0)
+        self._length = 0
+        self._needs_reset, self._started = False, True
+
+    def reset(self, seed: int | None = None):
+        self._start_episode(self.seed if seed is None else seed)
+        return self.observations, []
+
+    def step(self, actions):
+        if not self._started:
+            raise RuntimeError(f"{self.name}: call reset() before step()")
+        if self._needs_reset:
+            self._start_episode(None)
+            return self.outputs([])
+        actions = np.asarray(actions).reshape((self.num_agents, *self.single_action_space.shape))
+        check = self._checked < self.validate_steps
+        native = {
+            agent: self.action_layout.decode(actions[row], f"{self.name} agent {agent!r}", check)
+            for row, agent in enumerate(self.possible_agents)
+            if agent in self.env.agents
+        }
+        observations, rewards, terminations, truncations, _ = self.env.step(native)
+        self._write_rows(observations)
+        for row, agent in enumerate(self.possible_agents):
+            self.rewards[row] = rewards.get(agent, 0.0)
+            self.terminals[row] = terminations.get(agent, False)
+            self.truncations[row] = truncations.get(agent, False)
+            self._returns[agent] += float(rewards.get(agent, 0.0))
+        self._length += 1
+        if self.env.agents:
+            return self.outputs([])
+        self._needs_reset = True
+        info = _episode_info(np.mean(list(self._returns.values())), self._length)
+        info.update({f"episode_return/{agent}": r for agent, r in self._returns.items()})
+        return self.outputs([info])
+
+    def render(self):
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def nativize(flat, observation_space: gymnasium.spaces.Space):
+    """Flat observations (numpy or torch, any leading batch dims) -> the native Dict/Tuple nest.
+
+    `observation_space` is the emulated flat space (it remembers its native space) or the native
+    space itself. Leaves are views, not copies, where memory allows."""
+    return ObsLayout(getattr(observation_space, "native", observation_space)).unflatten(flat)
+

@@ -1,0 +1,40 @@
+"""Env creators that configs point at (`_target_`): each returns a puffer env.
+
+What lives here: building envs from registries by name (gymnasium ids, PettingZoo modules).
+What does not: wrapping (puffer.emulation), batching (puffer.vector). Native batched envs live in
+`puffer.envs.ocean`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import gymnasium
+
+from puffer.config import ConfigError
+from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv
+
+
+def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps: int = 1000,
+                   render_mode: str | None = None) -> GymnasiumPufferEnv:
+    try:
+        env = gymnasium.make(id, render_mode=render_mode, **(kwargs or {}))
+    except gymnasium.error.Error as exc:
+        raise ConfigError(f"env.id={id!r}: gymnasium cannot make it ({exc})") from exc
+    return GymnasiumPufferEnv(env=env, validate_steps=validate_steps)
+
+
+def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,
+                    validate_steps: int = 1000) -> PettingZooPufferEnv:
+    try:
+        env_module = importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"env.module={module!r}: cannot import it ({exc}); PettingZoo families need their "
+            "extra, e.g. pip install 'pettingzoo[butterfly]'"
+        ) from exc
+    if not hasattr(env_module, "parallel_env"):
+        raise ConfigError(f"env.module={module!r}: expected a PettingZoo env module with parallel_env()")
+    return PettingZooPufferEnv(env=env_module.parallel_env(**(kwargs or {})),
+                               validate_steps=validate_steps)

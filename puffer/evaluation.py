@@ -1,0 +1,59 @@
+"""The evaluation protocol: a fixed number of full episodes on seeds apart from training's.
+
+Each eval env plays a fixed quota of episodes, so short episodes are not over-counted. The
+deterministic policy (argmax / Gaussian mean) and the stochastic one are both reported.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from puffer.models import ActionDist
+from puffer.vector import Serial
+
+# Eval env i is seeded with train seed + EVAL_SEED_OFFSET + i: never a training seed.
+EVAL_SEED_OFFSET = 1_000_003
+
+
+def episode_quotas(episodes: int, num_envs: int) -> np.ndarray:
+    return np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+
+
+@torch.inference_mode()
+def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
+             device: str | torch.device = "cpu", deterministic: bool = True,
+             num_envs: int = 8, max_steps: int = 1_000_000) -> dict[str, float]:
+    """Play `episodes` episodes; returns mean/std/95% interval of the episode return and length."""
+    num_envs = max(1, min(num_envs, episodes))
+    quotas = episode_quotas(episodes, num_envs)
+    returns, lengths = [], []
+    done_count = np.zeros(num_envs, dtype=int)
+    with Serial(env_creator, num_envs=num_envs, seed=seed + EVAL_SEED_OFFSET) as vec:
+        dist = ActionDist(vec.single_action_space)
+        obs, _ = vec.reset()
+        for _ in range(max_steps):
+            params, _ = policy(torch.from_numpy(obs).to(device))
+            action = dist.mode(params) if deterministic else dist.sample(params)[0]
+            obs, _, _, _, infos = vec.step(dist.to_env(action))
+            for info in infos:
+                env_id = info["env_id"]
+                if "episode_return" in info and done_count[env_id] < quotas[env_id]:
+                    done_count[env_id] += 1
+                    returns.append(info["episode_return"])
+                    lengths.append(info["episode_length"])
+            if (done_count >= quotas).all():
+                break
+        else:
+            raise RuntimeError(f"evaluation did not finish {episodes} episodes in {max_steps} steps")
+    returns = np.asarray(returns, dtype=np.float64)
+    half_width = 1.96 * returns.std(ddof=1) / math.sqrt(len(returns)) if len(returns) > 1 else 0.0
+    return {
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+        "return_ci95": float(half_width),
+        "length_mean": float(np.mean(lengths)),
+        "episodes": len(returns),
+    }

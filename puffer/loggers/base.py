@@ -1,0 +1,69 @@
+"""The logger interface and the local metrics file (JSON lines), which is always written."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class Logger:
+    """Receives metrics keyed `train/*`, `env/*`, `perf/*`, `eval/*` with the global step."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        pass
+
+    def log_checkpoint(self, path: Path) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/Inf; keep them visible as strings
+    if hasattr(value, "item"):
+        return _plain(value.item())
+    return value
+
+
+class JsonlLogger(Logger):
+    """One JSON object per line: {"global_step": ..., "<key>": value, ...}."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = self.path.open("a", encoding="utf-8")
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        record = {"global_step": int(step), **{k: _plain(v) for k, v in metrics.items()}}
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class MultiLogger(Logger):
+    def __init__(self, loggers: list[Logger]):
+        self.loggers = loggers
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for logger in self.loggers:
+            logger.log(metrics, step)
+
+    def log_checkpoint(self, path: Path) -> None:
+        for logger in self.loggers:
+            logger.log_checkpoint(path)
+
+    def close(self) -> None:
+        for logger in self.loggers:
+            logger.close()
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The records of a metrics file, in order."""
+    with Path(path).open(encoding="utf-8") as file:
+        return [json.loads(line) for line in file if line.strip()]

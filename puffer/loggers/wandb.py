@@ -1,0 +1,76 @@
+"""Weights & Biases: the only module that imports wandb.
+
+A W&B failure never stops training: the logger warns once, stops sending, and the local metrics
+file (always written) keeps everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+from pathlib import Path
+
+from puffer.loggers.base import Logger
+
+log = logging.getLogger(__name__)
+
+NAMESPACES = ("train", "env", "perf", "eval")
+
+
+def has_api_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+def pick_mode(mode: str | None) -> str:
+    """The configured mode; unset -> WANDB_MODE, else online with an API key, else offline."""
+    return mode or os.environ.get("WANDB_MODE") or ("online" if has_api_key() else "offline")
+
+
+class WandbLogger(Logger):
+    def __init__(self, cfg, run_dir: Path, config: dict, name: str | None = None,
+                 tags: list[str] | None = None, group: str | None = None):
+        import wandb
+
+        self.failed = False
+        os.environ.setdefault("WANDB_START_METHOD", "thread")  # avoids hangs under Hydra
+        self.run = wandb.init(
+            project=cfg.project, entity=cfg.entity, group=cfg.group or group,
+            job_type=cfg.job_type, tags=list(cfg.tags) + list(tags or []), name=cfg.name or name,
+            config=config, dir=str(run_dir), mode=pick_mode(cfg.mode),
+        )
+        self.log_checkpoints = cfg.log_checkpoints
+        self.run.define_metric("global_step")
+        for namespace in NAMESPACES:
+            self.run.define_metric(f"{namespace}/*", step_metric="global_step")
+
+    def _guard(self, what: str, fn, *args) -> None:
+        if self.failed:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:  # W&B must never stop training; the metrics file has it all
+            self.failed = True
+            log.warning("W&B %s failed (%r); W&B logging is off for the rest of the run", what, exc)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self._guard("log", self.run.log, {**metrics, "global_step": step})
+
+    def log_checkpoint(self, path: Path) -> None:
+        if self.log_checkpoints:
+            self._guard("checkpoint upload", self._log_artifact, path)
+
+    def _log_artifact(self, path: Path) -> None:
+        import wandb
+
+        artifact = wandb.Artifact(f"{self.run.id}-model", type="model")
+        artifact.add_file(str(path))
+        self.run.log_artifact(artifact)
+
+    def close(self) -> None:
+        self._guard("finish", self.run.finish)

@@ -1,0 +1,204 @@
+"""Policies and action distributions.
+
+What lives here: `Default` (an MLP actor-critic over any emulated observation), `ObsEncoder`
+(flat row -> features, unflattening structured observations per leaf) and `ActionDist` (sampling,
+log-probabilities and entropy for Discrete, MultiDiscrete, Box and HybridBox action spaces).
+What does not: the training loop (puffer.ppo).
+
+A policy maps a batch of flat observations to `(dist_params, value)`; `ActionDist` built from the
+action space interprets `dist_params`: logits for categorical spaces, `(mean, log_std)` for Box,
+`(logits, mean, log_std)` for HybridBox.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from puffer.spaces import HybridBox, ObsLayout
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal weights and constant bias (the PPO implementation-details recipe)."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: int, layers: int, activation: str) -> nn.Sequential:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"policy.activation={activation!r}: expected one of {sorted(ACTIVATIONS)}")
+    modules, dim = [], in_dim
+    for _ in range(layers):
+        modules += [layer_init(nn.Linear(dim, hidden)), ACTIVATIONS[activation]()]
+        dim = hidden
+    return nn.Sequential(*modules)
+
+
+class ObsEncoder(nn.Module):
+    """Flat observations -> float features. A Box is flattened; a structured space (the emulated
+    FlatBox remembers it) is unflattened and each leaf encoded: Box as floats, Discrete and
+    MultiDiscrete as one-hots, MultiBinary as 0/1 floats; the leaves are concatenated."""
+
+    def __init__(self, observation_space: spaces.Space):
+        super().__init__()
+        native = getattr(observation_space, "native", None)
+        self.layout = ObsLayout(native) if native is not None else None
+        if self.layout is None:
+            self.out_dim = int(np.prod(observation_space.shape))
+            return
+        self.encoders = []
+        self.out_dim = 0
+        for leaf in self.layout.leaves:
+            if isinstance(leaf.space, spaces.Discrete):
+                encode = ("onehot", [int(leaf.space.n)], [int(leaf.space.start)])
+            elif isinstance(leaf.space, spaces.MultiDiscrete):
+                encode = ("onehot", leaf.space.nvec.ravel().tolist(), leaf.space.start.ravel().tolist())
+            else:
+                encode = ("float", [leaf.size], None)
+            self.encoders.append(encode)
+            self.out_dim += sum(encode[1])
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        batch = obs.shape[0]
+        if self.layout is None:
+            return obs.reshape(batch, -1).float()
+        parts = []
+        for (kind, sizes, starts), value in zip(self.encoders, self.layout.leaf_values(obs), strict=True):
+            value = value.reshape(batch, -1)
+            if kind == "float":
+                parts.append(value.float())
+                continue
+            for column, (n, start) in enumerate(zip(sizes, starts, strict=True)):
+                index = (value[:, column].long() - start).clamp(0, n - 1)
+                parts.append(nn.functional.one_hot(index, n).float())
+        return torch.cat(parts, dim=-1)
+
+
+class ActionDist:
+    """Sampling, log-probabilities, entropy and the deterministic action for one action space."""
+
+    def __init__(self, action_space: spaces.Space):
+        self.space = action_space
+        if isinstance(action_space, spaces.Discrete):
+            self.nvec, self.continuous = [int(action_space.n)], 0
+        elif isinstance(action_space, spaces.MultiDiscrete):
+            self.nvec, self.continuous = action_space.nvec.ravel().tolist(), 0
+        elif isinstance(action_space, HybridBox):
+            self.nvec = action_space.nvec.tolist()
+            self.continuous = action_space.shape[0] - len(self.nvec)
+        elif isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
+            self.nvec, self.continuous = [], action_space.shape[0]
+        else:
+            raise ValueError(
+                f"action space {action_space} is not an emulated flat action space; wrap the env "
+                "with puffer.emulation first"
+            )
+        self.discrete_only = isinstance(action_space, spaces.Discrete)
+        self.num_logits = sum(self.nvec)
+
+    # dist_params: logits | (mean, log_std) | (logits, mean, log_std)
+    def _split(self, params):
+        if not self.continuous:
+            return params, None, None
+        if not self.nvec:
+            return None, *params
+        return params
+
+    def sample(self, params) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, mean, log_std = self._split(params)
+        parts, logprob = [], 0.0
+        if logits is not None:
+            for chunk in logits.split(self.nvec, dim=-1):
+                gumbel = -torch.log(-torch.log(torch.rand_like(chunk).clamp_(1e-20, 1.0)))
+                parts.append((chunk + gumbel).argmax(dim=-1, keepdim=True))
+        if mean is not None:
+            parts.append(mean + log_std.exp() * torch.randn_like(mean))
+        action = self._join(parts)
+        logprob, _ = self.log_prob_entropy(params, action)
+        return action, logprob
+
+    def mode(self, params) -> torch.Tensor:
+        """The deterministic action: argmax of each categorical, the mean of the Gaussian."""
+        logits, mean, _ = self._split(params)
+        parts = []
+        if logits is not None:
+            parts += [chunk.argmax(dim=-1, keepdim=True) for chunk in logits.split(self.nvec, dim=-1)]
+        if mean is not None:
+            parts.append(mean)
+        return self._join(parts)
+
+    def _join(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        if self.discrete_only:
+            return parts[0].squeeze(-1)
+        if not self.continuous:
+            return torch.cat(parts, dim=-1)
+        return torch.cat([p.float() for p in parts], dim=-1)
+
+    def log_prob_entropy(self, params, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, mean, log_std = self._split(params)
+        logprob = torch.zeros(action.shape[0], device=action.device)
+        entropy = torch.zeros_like(logprob)
+        if logits is not None:
+            indices = action.reshape(action.shape[0], -1)[:, : len(self.nvec)].long()
+            for column, chunk in enumerate(logits.split(self.nvec, dim=-1)):
+                log_p = torch.log_softmax(chunk, dim=-1)
+                logprob = logprob + log_p.gather(-1, indices[:, column : column + 1]).squeeze(-1)
+                entropy = entropy - (log_p.exp() * log_p).sum(-1)
+        if mean is not None:
+            value = action[:, len(self.nvec) :]
+            log_std = log_std.expand_as(mean)
+            z = (value - mean) / log_std.exp()
+            logprob = logprob + (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+            entropy = entropy + (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+        return logprob, entropy
+
+    def to_env(self, action: torch.Tensor) -> np.ndarray:
+        """Policy action -> what the vector env takes: continuous parts clipped to the bounds."""
+        array = action.cpu().numpy()
+        if self.continuous:
+            array = np.clip(array, self.space.low, self.space.high)
+        return array
+
+
+class ActionHead(nn.Module):
+    """Hidden features -> dist_params for `ActionDist` (small-init logits and means)."""
+
+    def __init__(self, action_space: spaces.Space, hidden: int):
+        super().__init__()
+        self.dist = ActionDist(action_space)
+        self.logits = layer_init(nn.Linear(hidden, self.dist.num_logits), std=0.01) if self.dist.nvec else None
+        if self.dist.continuous:
+            self.mean = layer_init(nn.Linear(hidden, self.dist.continuous), std=0.01)
+            self.log_std = nn.Parameter(torch.zeros(1, self.dist.continuous))
+
+    def forward(self, hidden: torch.Tensor):
+        logits = self.logits(hidden) if self.logits is not None else None
+        if not self.dist.continuous:
+            return logits
+        gaussian = (self.mean(hidden), self.log_std.expand(hidden.shape[0], -1))
+        return gaussian if logits is None else (logits, *gaussian)
+
+
+class Default(nn.Module):
+    """Separate actor and critic MLPs over the encoded observation (CleanRL's agent, extended to
+    structured observations and every emulated action space)."""
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
+                 hidden_size: int = 64, num_layers: int = 2, activation: str = "tanh"):
+        super().__init__()
+        self.encoder = ObsEncoder(observation_space)
+        self.actor = mlp(self.encoder.out_dim, hidden_size, num_layers, activation)
+        self.critic = mlp(self.encoder.out_dim, hidden_size, num_layers, activation)
+        self.action_head = ActionHead(action_space, hidden_size)
+        self.value_head = layer_init(nn.Linear(hidden_size, 1), std=1.0)
+
+    def forward(self, obs: torch.Tensor):
+        features = self.encoder(obs)
+        return self.action_head(self.actor(features)), self.value_head(self.critic(features)).squeeze(-1)

@@ -1,0 +1,306 @@
+"""PPO: collect a rollout from a vector env, then learn from it. One loop for every policy.
+
+What lives here: `PPO` (rollout storage, `collect`, GAE, `update`, checkpoints) and `train`.
+What does not: building envs or policies from configs (puffer.run), evaluation
+(puffer.evaluation), where metrics go (puffer.loggers).
+
+Rows and validity. The vector env gives one row per agent slot. Envs autoreset on the step after
+an episode ends (see puffer.emulation): that step's action is ignored and it returns the reset
+observation. So row t is *valid* when its agent is alive (mask) and the row's previous step was not
+the end of an episode; invalid rows are left out of GAE and of the loss. The observation returned
+with a done flag is the true final one: on truncation its value is the bootstrap, for free.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import time
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from puffer.config import TrainConfig
+from puffer.loggers.base import Logger
+from puffer.models import ActionDist
+from puffer.profiler import Profiler
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss, gradient or parameter became NaN or Inf; training stops before saving it."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def pick_threads(requested: int) -> int:
+    """Torch intra-op threads: as requested, else all cores (the envs share them only while
+    the learner waits for them)."""
+    return requested if requested > 0 else max(1, os.cpu_count() or 1)
+
+
+def save_atomic(obj, path: Path) -> None:
+    """Write to a temporary file, fsync, then rename: a crash never leaves a torn checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as file:
+        torch.save(obj, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+class PPO:
+    def __init__(self, config: TrainConfig, vecenv, policy: nn.Module, device: str = "cpu",
+                 seed: int = 0, logger: Logger | None = None, run_dir: str | Path | None = None,
+                 full_config: dict | None = None, progress=None):
+        if vecenv.batch_size != vecenv.num_envs:
+            raise ValueError(
+                f"vec.batch_size={vecenv.batch_size}: the PPO trainer steps all "
+                f"vec.num_envs={vecenv.num_envs} envs each step; async batches are not supported yet"
+            )
+        self.config = config
+        self.vecenv = vecenv
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device)
+        self.seed = seed
+        self.logger = logger or Logger()
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.full_config = full_config
+        self.progress = progress
+        self.dist = ActionDist(vecenv.single_action_space)
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+        self.forward = torch.compile(self.policy) if config.compile else self.policy
+        self.profiler = Profiler(self.device.type)
+        self.generator = torch.Generator().manual_seed(seed)
+
+        T, N = config.num_steps, vecenv.num_agents
+        self.batch_size = T * N
+        self.num_epochs = math.ceil(config.total_timesteps / self.batch_size)
+        obs_space = vecenv.single_observation_space
+        obs_dtype = torch.from_numpy(np.empty(0, obs_space.dtype)).dtype
+        act_dtype = torch.from_numpy(np.empty(0, vecenv.action_dtype)).dtype
+        on = {"device": self.device}
+        self.obs = torch.zeros((T, N, *obs_space.shape), dtype=obs_dtype, **on)
+        self.actions = torch.zeros((T, N, *vecenv.action_shape), dtype=act_dtype, **on)
+        self.logprobs = torch.zeros((T, N), **on)
+        self.values = torch.zeros((T, N), **on)
+        self.rewards = torch.zeros((T, N), **on)
+        self.terminals = torch.zeros((T, N), **on)
+        self.dones = torch.zeros((T, N), **on)
+        self.valid = torch.zeros((T, N), dtype=torch.bool, **on)
+        self.advantages = torch.zeros((T, N), **on)
+        self.next_value = torch.zeros(N, **on)
+
+        self.global_step = 0
+        self.epoch = 0
+        self._prev_done = np.zeros(N, dtype=bool)
+        self._next_obs = None
+        self._next_mask = None
+        self._episode_stats: dict[str, list[float]] = defaultdict(list)
+        self.last_metrics: dict[str, float] = {}
+
+    # -- rollout -----------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.vecenv.async_reset(self.seed)
+        self._next_obs, _, _, _, _, _, self._next_mask = self.vecenv.recv()
+        self._prev_done[:] = False
+
+    @torch.inference_mode()
+    def collect(self) -> None:
+        """Fill the rollout storage with num_steps steps of every row, then bootstrap values."""
+        prof = self.profiler
+        if self._next_obs is None:
+            self.reset()
+        for t in range(self.config.num_steps):
+            with prof.copy:
+                self.obs[t].copy_(torch.from_numpy(self._next_obs), non_blocking=True)
+                self.valid[t] = torch.from_numpy(self._next_mask & ~self._prev_done)
+            with prof.forward:
+                params, value = self.forward(self.obs[t])
+                action, logprob = self.dist.sample(params)
+                self.values[t] = value
+                self.actions[t] = action
+                self.logprobs[t] = logprob
+                env_actions = self.dist.to_env(action)
+            with prof.env:
+                self.vecenv.send(env_actions)
+                obs, rewards, terminals, truncations, infos, _, masks = self.vecenv.recv()
+            with prof.copy:
+                self.rewards[t] = torch.from_numpy(rewards)
+                self.terminals[t] = torch.from_numpy(terminals)
+                done = terminals | truncations
+                self.dones[t] = torch.from_numpy(done)
+                self._prev_done = done.copy()
+                self._next_obs, self._next_mask = obs, masks
+            for info in infos:
+                for key, value in info.items():
+                    if key != "env_id":
+                        self._episode_stats[key].append(value)
+            self.global_step += self.vecenv.num_agents
+        with prof.forward:
+            obs = torch.from_numpy(self._next_obs).to(self.device)
+            self.next_value = self.forward(obs)[1]
+
+    def compute_advantages(self) -> None:
+        """GAE that stops at episode ends; terminals don't bootstrap, truncations do (the value
+        of the final observation is the next row's value)."""
+        c = self.config
+        last = torch.zeros_like(self.next_value)
+        for t in reversed(range(c.num_steps)):
+            next_value = self.next_value if t == c.num_steps - 1 else self.values[t + 1]
+            delta = self.rewards[t] + c.gamma * next_value * (1 - self.terminals[t]) - self.values[t]
+            last = delta + c.gamma * c.gae_lambda * (1 - self.dones[t]) * last
+            self.advantages[t] = last
+
+    # -- learning ----------------------------------------------------------------------------
+    def update(self) -> dict[str, float]:
+        c = self.config
+        self.compute_advantages()
+        index = self.valid.reshape(-1).nonzero().squeeze(-1)
+        if len(index) == 0:
+            return {}
+        obs = self.obs.reshape(-1, *self.obs.shape[2:])[index]
+        actions = self.actions.reshape(-1, *self.actions.shape[2:])[index]
+        logprobs = self.logprobs.reshape(-1)[index]
+        values = self.values.reshape(-1)[index]
+        advantages = self.advantages.reshape(-1)[index]
+        returns = advantages + values
+        n = len(index)
+        minibatch = max(1, math.ceil(n / c.num_minibatches))
+        if c.anneal_lr:
+            self.optimizer.param_groups[0]["lr"] = c.learning_rate * (1 - self.epoch / self.num_epochs)
+        sums: dict[str, float] = defaultdict(float)
+        count = 0
+        for _ in range(c.update_epochs):
+            order = torch.randperm(n, generator=self.generator).to(self.device)
+            for start in range(0, n, minibatch):
+                mb = order[start : start + minibatch]
+                stats = self._minibatch_step(obs[mb], actions[mb], logprobs[mb], values[mb],
+                                             advantages[mb], returns[mb])
+                for key, value in stats.items():
+                    sums[key] += value
+                count += 1
+            if c.target_kl is not None and stats["approx_kl"] > c.target_kl:
+                break
+        metrics = {f"train/{k}": v / count for k, v in sums.items()}
+        var = returns.var()
+        metrics["train/explained_variance"] = float("nan") if var == 0 else float(
+            1 - (returns - values).var() / var)
+        metrics["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        return metrics
+
+    def _minibatch_step(self, obs, actions, old_logprobs, old_values, advantages, returns):
+        c = self.config
+        params, new_values = self.forward(obs)
+        new_logprobs, entropy = self.dist.log_prob_entropy(params, actions)
+        logratio = new_logprobs - old_logprobs
+        ratio = logratio.exp()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > c.clip_coef).float().mean()
+        if c.norm_adv and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        pg_loss = torch.max(-advantages * ratio,
+                            -advantages * ratio.clamp(1 - c.clip_coef, 1 + c.clip_coef)).mean()
+        if c.clip_vloss:
+            clipped = old_values + (new_values - old_values).clamp(-c.vf_clip_coef, c.vf_clip_coef)
+            v_loss = 0.5 * torch.max((new_values - returns) ** 2, (clipped - returns) ** 2).mean()
+        else:
+            v_loss = 0.5 * ((new_values - returns) ** 2).mean()
+        entropy_loss = entropy.mean()
+        loss = pg_loss - c.ent_coef * entropy_loss + c.vf_coef * v_loss
+        self._check_finite("loss", loss)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
+        self._check_finite("grad_norm", grad_norm)
+        self.optimizer.step()
+        return {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(),
+                "entropy": entropy_loss.item(), "approx_kl": approx_kl.item(),
+                "clipfrac": clipfrac.item(), "grad_norm": grad_norm.item(), "loss": loss.item()}
+
+    def _check_finite(self, name: str, value: torch.Tensor) -> None:
+        if not torch.isfinite(value).all():
+            raise NonFiniteError(
+                f"train/{name} is {value.item()} at epoch {self.epoch} (global step "
+                f"{self.global_step}); stopping before the parameters are saved. Lower "
+                "train.learning_rate or train.max_grad_norm"
+            )
+
+    # -- the loop ----------------------------------------------------------------------------
+    def train(self) -> dict[str, float]:
+        """Run epochs until total_timesteps; log each epoch; checkpoint on schedule and at the end."""
+        c = self.config
+        started_step, started = self.global_step, time.perf_counter()
+        while self.epoch < self.num_epochs:
+            self.collect()
+            with self.profiler.learn:
+                losses = self.update()
+            self.epoch += 1
+            metrics = {**losses, **self._episode_metrics(), **self.profiler.metrics()}
+            elapsed = max(time.perf_counter() - started, 1e-9)
+            metrics["perf/sps"] = (self.global_step - started_step) / elapsed
+            metrics["train/epoch"] = self.epoch
+            self.last_metrics.update(metrics)
+            self.logger.log(metrics, self.global_step)
+            if self.progress is not None:
+                self.progress(self)
+            if c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0:
+                self.save_checkpoint()
+        if self.run_dir is not None:
+            self.save_checkpoint()
+        return dict(self.last_metrics)
+
+    def _episode_metrics(self) -> dict[str, float]:
+        stats, self._episode_stats = self._episode_stats, defaultdict(list)
+        return {f"env/{key}": float(np.mean(values)) for key, values in stats.items()}
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "epoch": self.epoch,
+            "global_step": self.global_step,
+            "train_config": asdict(self.config),
+            "config": self.full_config,
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "generator": self.generator.get_state(),
+            },
+        }
+
+    def save_checkpoint(self) -> Path:
+        if self.run_dir is None:
+            raise ValueError("PPO(run_dir=None) has nowhere to write checkpoints")
+        path = self.run_dir / "checkpoints" / f"epoch_{self.epoch:06d}.pt"
+        save_atomic(self.state_dict(), path)
+        self.logger.log_checkpoint(path)
+        return path
+
+
+def train(config: TrainConfig, vecenv, policy: nn.Module, device: str = "auto", seed: int = 0,
+          **kwargs) -> PPO:
+    """Train `policy` on `vecenv` with PPO; returns the trainer (its `last_metrics` hold the
+    final losses, episode stats and throughput)."""
+    from puffer.config import resolve_device
+
+    seed_everything(seed)
+    torch.set_num_threads(pick_threads(config.torch_threads))
+    trainer = PPO(config, vecenv, policy, device=resolve_device(device), seed=seed, **kwargs)
+    trainer.train()
+    return trainer

@@ -1,0 +1,358 @@
+"""Flat layouts of Gymnasium spaces: one fixed-shape row per agent, and the way back.
+
+What lives here: `ObsLayout` (where each leaf of a nested observation sits in a flat row),
+`ActionLayout` (how a nested action maps to one flat vector), `HybridBox` (a flat action vector
+mixing categorical and continuous parts), value checks that name the key path, and the
+numpy/torch unflatten. What does not: env wrappers (puffer.emulation), batching (puffer.vector).
+
+Layout rules:
+- A Box observation is kept as it is (shape and dtype), so pixels stay (C, H, W) uint8;
+  only a 0-d Box becomes a row of one.
+- Any other observation becomes a 1-D row. If every leaf has one dtype, the row has that dtype;
+  otherwise the row is bytes (uint8) and each leaf sits at an offset aligned to its item size,
+  so a batch of rows can be *viewed* (no copy) as each leaf's dtype, in numpy and in torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+LEAF_TYPES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+class SpaceError(ValueError):
+    """A space puffer cannot emulate, or a value that does not match its declared space."""
+
+
+def format_path(root: str, path: tuple) -> str:
+    return root + "".join(f"[{key!r}]" for key in path)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    path: tuple
+    space: spaces.Space
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int  # in bytes, from the start of the row
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
+def iter_leaves(space: spaces.Space, path: tuple = (), root: str = "space"):
+    """Yield (path, leaf_space) depth first, in the space's own order; reject unsupported spaces."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            yield from iter_leaves(sub, path + (key,), root)
+    elif isinstance(space, spaces.Tuple):
+        for index, sub in enumerate(space.spaces):
+            yield from iter_leaves(sub, path + (index,), root)
+    elif isinstance(space, LEAF_TYPES):
+        yield path, space
+    else:
+        raise SpaceError(
+            f"{format_path(root, path)} is a {type(space).__name__}; puffer emulates Box, "
+            "Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple nests of them"
+        )
+
+
+def _leaf_dtype(space: spaces.Space) -> np.dtype:
+    if isinstance(space, spaces.MultiBinary):
+        return np.dtype(np.int8)
+    return np.dtype(space.dtype)
+
+
+def _leaf_shape(space: spaces.Space) -> tuple[int, ...]:
+    if isinstance(space, spaces.Discrete):
+        return ()
+    return tuple(int(d) for d in space.shape)
+
+
+class FlatBox(spaces.Box):
+    """The flat observation space of a structured space; `native` is the space to unflatten into."""
+
+    def __init__(self, native: spaces.Space, low, high, shape, dtype, seed=None):
+        super().__init__(low, high, shape, dtype, seed=seed)
+        self.native = native
+
+    def __repr__(self) -> str:
+        return f"FlatBox({self.shape}, {self.dtype}, native={self.native})"
+
+
+class ObsLayout:
+    """Where each leaf of an observation space lives in one flat row."""
+
+    def __init__(self, space: spaces.Space, name: str = "obs"):
+        self.space = space
+        self.name = name
+        self.passthrough = isinstance(space, spaces.Box) and len(space.shape) > 0
+        raw = list(iter_leaves(space, root=name))
+        dtypes = {_leaf_dtype(s) for _, s in raw}
+        self.homogeneous = len(dtypes) == 1
+        offset, leaves = 0, []
+        for path, sub in raw:
+            dtype = _leaf_dtype(sub)
+            offset = -(-offset // dtype.itemsize) * dtype.itemsize  # align to the item size
+            leaf = Leaf(path, sub, _leaf_shape(sub), dtype, offset)
+            leaves.append(leaf)
+            offset += leaf.nbytes
+        self.leaves: list[Leaf] = leaves
+        max_item = max(leaf.dtype.itemsize for leaf in leaves)
+        self.row_nbytes = -(-offset // max_item) * max_item
+        if self.passthrough:
+            self.flat_space = space
+        elif self.homogeneous:
+            dtype = leaves[0].dtype
+            low, high = zip(*(_leaf_bounds(leaf) for leaf in leaves), strict=True)
+            self.flat_space = FlatBox(
+                space, np.concatenate(low).astype(dtype), np.concatenate(high).astype(dtype),
+                (self.row_nbytes // dtype.itemsize,), dtype,
+            )
+        else:
+            self.flat_space = FlatBox(space, 0, 255, (self.row_nbytes,), np.uint8)
+
+    # -- numpy -------------------------------------------------------------------------------
+    def leaf_views(self, row: np.ndarray) -> list[np.ndarray]:
+        """Views into one flat row (or a batch of rows), one per leaf, shaped like the leaf."""
+        if self.passthrough:
+            return [row]
+        batch = row.shape[:-1]
+        raw = row.view(np.uint8)
+        return [
+            raw[..., leaf.offset : leaf.offset + leaf.nbytes].view(leaf.dtype).reshape(batch + leaf.shape)
+            for leaf in self.leaves
+        ]
+
+    def write(self, views: list[np.ndarray], value: Any) -> None:
+        """Write a native observation into the row behind `views` (from `leaf_views`)."""
+        if self.passthrough:
+            views[0][...] = value
+            return
+        for leaf, view in zip(self.leaves, views, strict=True):
+            view[...] = get_path(value, leaf.path)
+
+    def check(self, value: Any, env_name: str) -> None:
+        """Raise SpaceError naming the key path when `value` does not fit the declared space."""
+        check_value(self.space, value, f"{env_name}: {self.name}")
+
+    def unflatten(self, flat):
+        """Batch of flat rows (numpy array or torch tensor) -> native nest of arrays/tensors.
+
+        Leaves are views of `flat` where the memory allows it (always for contiguous input).
+        """
+        if self.passthrough:
+            return flat
+        return build_nest(self.space, iter(self.leaf_values(flat)))
+
+    def leaf_values(self, flat) -> list:
+        """Batch of flat rows (numpy or torch) -> one array/tensor per leaf, in leaf order."""
+        if self.passthrough:
+            return [flat]
+        if not _is_torch(flat):
+            return self.leaf_views(np.ascontiguousarray(flat))
+        import torch
+
+        batch = tuple(flat.shape[:-1])
+        raw = flat.contiguous().view(torch.uint8)
+        return [
+            raw[..., leaf.offset : leaf.offset + leaf.nbytes]
+            .view(torch_dtype(leaf.dtype))
+            .reshape(batch + leaf.shape)
+            for leaf in self.leaves
+        ]
+
+
+def _leaf_bounds(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
+    space = leaf.space
+    if isinstance(space, spaces.Box):
+        return space.low.ravel(), space.high.ravel()
+    if isinstance(space, spaces.Discrete):
+        return np.array([space.start]), np.array([space.start + space.n - 1])
+    if isinstance(space, spaces.MultiDiscrete):
+        return space.start.ravel(), (space.start + space.nvec - 1).ravel()
+    return np.zeros(leaf.size), np.ones(leaf.size)
+
+
+def get_path(value: Any, path: tuple) -> Any:
+    for key in path:
+        value = value[key]
+    return value
+
+
+def build_nest(space: spaces.Space, leaves):
+    """Rebuild the Dict/Tuple structure of `space` from an iterator of leaf values."""
+    if isinstance(space, spaces.Dict):
+        return {key: build_nest(sub, leaves) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(build_nest(sub, leaves) for sub in space.spaces)
+    return next(leaves)
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def torch_dtype(dtype: np.dtype):
+    """The torch dtype of a numpy dtype (torch is imported only when a tensor is unflattened)."""
+    import torch
+
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
+def check_value(space: spaces.Space, value: Any, where: str, path: tuple = ()) -> None:
+    """Check `value` against `space` recursively; the error names the path, expected and got."""
+    here = format_path(where, path)
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, dict) or set(value) != set(space.spaces):
+            got = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise SpaceError(f"{here}: expected a dict with keys {sorted(space.spaces)}, got {got}")
+        for key, sub in space.spaces.items():
+            check_value(sub, value[key], where, path + (key,))
+        return
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
+            got = f"length {len(value)}" if isinstance(value, (tuple, list)) else type(value).__name__
+            raise SpaceError(f"{here}: expected a tuple of length {len(space.spaces)}, got {got}")
+        for index, sub in enumerate(space.spaces):
+            check_value(sub, value[index], where, path + (index,))
+        return
+    array = np.asarray(value)
+    shape = _leaf_shape(space)
+    if array.shape != shape:
+        raise SpaceError(f"{here}: expected shape {shape}, got shape {array.shape}")
+    if isinstance(space, spaces.Box):
+        if not np.can_cast(array.dtype, space.dtype, "same_kind"):
+            raise SpaceError(f"{here}: expected dtype {space.dtype}, got dtype {array.dtype}")
+        if array.dtype.kind == "f" and np.isnan(array).any():
+            raise SpaceError(f"{here}: got NaN at index {np.argwhere(np.isnan(array))[0].tolist()}")
+        outside = (array < space.low) | (array > space.high)
+        if outside.any():
+            index = tuple(np.argwhere(outside)[0].tolist())
+            raise SpaceError(
+                f"{here}: value {array[index].item()} at index {list(index)} is outside the bounds "
+                f"[{space.low[index].item()}, {space.high[index].item()}]"
+            )
+        return
+    if array.dtype.kind not in "iub":
+        raise SpaceError(f"{here}: expected integers for {space}, got dtype {array.dtype}")
+    low, high = _leaf_bounds(Leaf(path, space, shape, _leaf_dtype(space), 0))
+    flat = array.ravel()
+    outside = (flat < low) | (flat > high)
+    if outside.any():
+        index = int(np.argmax(outside))
+        raise SpaceError(
+            f"{here}: value {flat[index].item()} is outside {space} (allowed {low[index]}..{high[index]})"
+        )
+
+
+class HybridBox(spaces.Box):
+    """A flat float32 action vector: `len(nvec)` categorical indices, then continuous values.
+
+    The categorical entries hold integers 0..n-1; `sample()` and `contains()` respect that.
+    """
+
+    def __init__(self, nvec, low, high, seed=None):
+        self.nvec = np.asarray(nvec, dtype=np.int64)
+        k = len(self.nvec)
+        full_low = np.concatenate([np.zeros(k), np.asarray(low, np.float64)]).astype(np.float32)
+        full_high = np.concatenate([self.nvec - 1, np.asarray(high, np.float64)]).astype(np.float32)
+        super().__init__(full_low, full_high, (len(full_low),), np.float32, seed=seed)
+
+    @property
+    def num_discrete(self) -> int:
+        return len(self.nvec)
+
+    def sample(self, mask=None, probability=None):
+        value = super().sample()
+        k = self.num_discrete
+        value[:k] = self.np_random.integers(0, self.nvec).astype(np.float32)
+        return value
+
+    def contains(self, x) -> bool:
+        x = np.asarray(x)
+        k = self.num_discrete
+        return bool(super().contains(x) and np.all(x[:k] == np.round(x[:k])))
+
+    def __repr__(self) -> str:
+        return f"HybridBox(nvec={self.nvec.tolist()}, continuous={self.shape[0] - self.num_discrete})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, HybridBox) and np.array_equal(self.nvec, other.nvec) and super().__eq__(other)
+
+
+class ActionLayout:
+    """How a native action space maps to the flat action the policy samples.
+
+    Discrete -> Discrete(n); MultiDiscrete -> MultiDiscrete; Box -> flat float32 Box;
+    nests with only categorical leaves -> MultiDiscrete, only continuous -> Box, both -> HybridBox.
+    """
+
+    def __init__(self, space: spaces.Space, name: str = "action"):
+        self.space = space
+        self.name = name
+        self.leaves = [(path, sub) for path, sub in iter_leaves(space, root=name)]
+        discrete = [(p, s) for p, s in self.leaves if not isinstance(s, spaces.Box)]
+        continuous = [(p, s) for p, s in self.leaves if isinstance(s, spaces.Box)]
+        self.segments = []  # (path, leaf space, start, stop) in the flat vector
+        cursor = 0
+        for path, sub in discrete + continuous:
+            width = 1 if isinstance(sub, spaces.Discrete) else int(np.prod(sub.shape))
+            self.segments.append((path, sub, cursor, cursor + width))
+            cursor += width
+        nvec = np.concatenate([_categorical_sizes(s) for _, s in discrete]) if discrete else None
+        if continuous:
+            low = np.concatenate([s.low.ravel() for _, s in continuous]).astype(np.float32)
+            high = np.concatenate([s.high.ravel() for _, s in continuous]).astype(np.float32)
+        if isinstance(space, spaces.Discrete):
+            self.flat_space = spaces.Discrete(space.n)
+        elif not continuous:
+            self.flat_space = spaces.MultiDiscrete(nvec)
+        elif not discrete:
+            self.flat_space = spaces.Box(low, high, (len(low),), np.float32)
+        else:
+            self.flat_space = HybridBox(nvec, low, high)
+
+    def decode(self, flat: np.ndarray, env_name: str = "env", check: bool = True):
+        """Flat action (as sampled by the policy) -> the native action the env expects."""
+        if check:
+            self.check_flat(flat, env_name)
+        if isinstance(self.space, spaces.Discrete):
+            return int(np.asarray(flat).reshape(-1)[0]) + int(self.space.start)
+        flat = np.asarray(flat).reshape(-1)
+        decoded = {path: _decode_leaf(sub, flat[start:stop]) for path, sub, start, stop in self.segments}
+        return build_nest(self.space, iter(decoded[path] for path, _ in self.leaves))
+
+    def check_flat(self, flat, env_name: str) -> None:
+        if not self.flat_space.contains(np.asarray(flat).astype(self.flat_space.dtype).reshape(self.flat_space.shape)):
+            raise SpaceError(
+                f"{env_name}: {self.name} {np.asarray(flat).tolist()!r} is outside the action space "
+                f"{self.flat_space}"
+            )
+
+
+def _categorical_sizes(space: spaces.Space) -> np.ndarray:
+    if isinstance(space, spaces.Discrete):
+        return np.array([space.n], dtype=np.int64)
+    if isinstance(space, spaces.MultiBinary):
+        return np.full(int(np.prod(space.shape)), 2, dtype=np.int64)
+    return space.nvec.ravel().astype(np.int64)
+
+
+def _decode_leaf(space: spaces.Space, segment: np.ndarray):
+    if isinstance(space, spaces.Discrete):
+        return np.int64(int(segment[0]) + int(space.start))
+    if isinstance(space, spaces.MultiBinary):
+        return segment.astype(np.int8).reshape(space.shape)
+    if isinstance(space, spaces.MultiDiscrete):
+        return (segment.astype(space.dtype).reshape(space.shape) + space.start).astype(space.dtype)
+    return segment.astype(space.dtype).reshape(space.shape)

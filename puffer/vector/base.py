@@ -1,0 +1,206 @@
+"""The vector env contract and what every backend shares.
+
+What lives here: `VecEnv` (the API: reset/step, async_reset/send/recv, spaces, close), argument
+checks, and `EnvGroup` (a slice of envs stepped one after another, writing into buffer rows).
+Backends differ only in who steps which `EnvGroup` and how the buffers are allocated: Serial
+steps one group in this process; Multiprocessing one group per worker, in shared memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from puffer.emulation import Buffers, PufferEnv
+
+
+class EnvError(RuntimeError):
+    """An env raised; the message names the env and (in workers) carries the original traceback."""
+
+
+class VecConfigError(ValueError):
+    """Impossible vectorization settings, detected before any worker starts."""
+
+
+def as_creators(env_creator_or_creators, num_envs: int) -> list[Callable]:
+    if callable(env_creator_or_creators):
+        return [env_creator_or_creators] * num_envs
+    creators = list(env_creator_or_creators)
+    if len(creators) != num_envs:
+        raise VecConfigError(f"got {len(creators)} env creators for num_envs={num_envs}")
+    return creators
+
+
+def action_dtype(space: spaces.Space) -> np.dtype:
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
+        return np.dtype(np.int64)
+    return np.dtype(np.float32)
+
+
+def check_puffer_env(env: Any, index: int) -> PufferEnv:
+    if not isinstance(env, PufferEnv):
+        raise TypeError(
+            f"env creator {index} returned {type(env).__name__}, not a puffer env; wrap it with "
+            "puffer.emulation.GymnasiumPufferEnv(env=...) or PettingZooPufferEnv(env=...)"
+        )
+    return env
+
+
+def build_envs(creators: Sequence[Callable], env_args, env_kwargs, first: int) -> list[PufferEnv]:
+    return [
+        check_puffer_env(creator(*(env_args or ()), **(env_kwargs or {})), first + offset)
+        for offset, creator in enumerate(creators)
+    ]
+
+
+class EnvGroup:
+    """Envs [first, first + len(envs)) of a vector env, stepped in a loop, writing into `buffers`."""
+
+    def __init__(self, envs: list[PufferEnv], first: int, buffers: Buffers, agents_per_env: int):
+        self.first = first
+        self.agents_per_env = agents_per_env
+        self.envs = envs
+        for offset, env in enumerate(envs):
+            rows = buffers.rows(offset * agents_per_env, (offset + 1) * agents_per_env)
+            try:
+                env.set_buffers(rows)
+            except ValueError as exc:
+                raise EnvError(f"env {first + offset} does not match env 0: {exc}") from exc
+
+    def reset(self, seed: int | None) -> list[dict]:
+        infos = []
+        for offset, env in enumerate(self.envs):
+            env_seed = None if seed is None else seed + self.first + offset
+            infos += self._tag(offset, self._call(offset, "reset", env.reset, env_seed)[1])
+        return infos
+
+    def step(self, actions: np.ndarray) -> list[dict]:
+        infos, n = [], self.agents_per_env
+        for offset, env in enumerate(self.envs):
+            result = self._call(offset, "step", env.step, actions[offset * n : (offset + 1) * n])
+            if result[-1]:
+                infos += self._tag(offset, result[-1])
+        return infos
+
+    def _tag(self, offset: int, infos: list[dict]) -> list[dict]:
+        """Each info says which env it came from (`env_id`)."""
+        for info in infos:
+            info["env_id"] = self.first + offset
+        return infos
+
+    def _call(self, offset: int, what: str, fn, arg):
+        try:
+            return fn(arg)
+        except Exception as exc:
+            env = self.envs[offset]
+            raise EnvError(f"env {self.first + offset} ({env.name}) raised in {what}: {exc!r}") from exc
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class VecEnv:
+    """Many puffer envs as one batch. Rows are agent slots: env i owns rows
+    [i * agents_per_env, (i + 1) * agents_per_env).
+
+    `step(actions)` = `send(actions)` then `recv()` for the whole batch; with `batch_size < num_envs`
+    (Multiprocessing), `recv()` returns the first ready envs and `send()` steps exactly those.
+    """
+
+    def __init__(self, driver: PufferEnv, num_envs: int, batch_size: int | None, seed: int):
+        if num_envs < 1:
+            raise VecConfigError(f"num_envs={num_envs} must be at least 1")
+        self.driver_env = driver
+        self.num_envs = num_envs
+        self.batch_size = num_envs if batch_size is None else batch_size
+        if not 1 <= self.batch_size <= num_envs:
+            raise VecConfigError(f"batch_size={batch_size} must be between 1 and num_envs={num_envs}")
+        self.seed = seed
+        self.agents_per_env = driver.num_agents
+        self.num_agents = num_envs * self.agents_per_env
+        self.agents_per_batch = self.batch_size * self.agents_per_env
+        self.single_observation_space = driver.single_observation_space
+        self.single_action_space = driver.single_action_space
+        self.observation_space = batch_space(self.single_observation_space, self.agents_per_batch)
+        self.action_space = batch_space(self.single_action_space, self.agents_per_batch)
+        self.action_dtype = action_dtype(self.single_action_space)
+        self.action_shape = tuple(self.single_action_space.shape)
+        self._closed = False
+
+    # -- the synchronous API -----------------------------------------------------------------
+    def reset(self, seed: int | None = None):
+        self.async_reset(self.seed if seed is None else seed)
+        obs, _, _, _, infos, _, _ = self.recv()
+        return obs, infos
+
+    def step(self, actions):
+        self.send(actions)
+        obs, rewards, terminals, truncations, infos, _, _ = self.recv()
+        return obs, rewards, terminals, truncations, infos
+
+    # -- backends implement these ------------------------------------------------------------
+    def async_reset(self, seed: int | None = None) -> None:
+        raise NotImplementedError
+
+    def send(self, actions) -> None:
+        raise NotImplementedError
+
+    def recv(self):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._closed = True
+
+    # -- shared helpers ----------------------------------------------------------------------
+    def check_actions(self, actions, rows: int) -> np.ndarray:
+        actions = np.asarray(actions)
+        expected = (rows, *self.action_shape)
+        if actions.shape != expected:
+            raise ValueError(f"send(actions): expected shape {expected}, got {actions.shape}")
+        return actions
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(num_envs={self.num_envs}, batch_size={self.batch_size}, "
+                f"agents_per_env={self.agents_per_env}, env={self.driver_env.name})")
+
+
+def check_workers(num_envs: int, num_workers: int, batch_size: int, overwork: bool) -> None:
+    """Reject impossible worker layouts before any process starts."""
+    if num_workers < 1:
+        raise VecConfigError(f"num_workers={num_workers} must be at least 1")
+    if num_envs % num_workers:
+        raise VecConfigError(f"num_envs={num_envs} is not divisible by num_workers={num_workers}")
+    per_worker = num_envs // num_workers
+    if batch_size % per_worker:
+        raise VecConfigError(
+            f"batch_size={batch_size} is not a multiple of the {per_worker} envs per worker "
+            f"(num_envs={num_envs} / num_workers={num_workers})"
+        )
+    cores = os.cpu_count() or 1
+    if num_workers > cores and not overwork:
+        raise VecConfigError(
+            f"num_workers={num_workers} is more than the {cores} cores of this machine; "
+            "pass overwork=True (vec.overwork=true) to allow it"
+        )
+
+
+def default_workers(num_envs: int) -> int:
+    """The largest divisor of num_envs that is at most the number of cores."""
+    cores = os.cpu_count() or 1
+    return max(d for d in range(1, min(num_envs, cores) + 1) if num_envs % d == 0)
+
+
+def row_ids(env_ids: np.ndarray, agents_per_env: int) -> np.ndarray:
+    return (env_ids[:, None] * agents_per_env + np.arange(agents_per_env)).reshape(-1)

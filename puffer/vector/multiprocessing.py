@@ -1,0 +1,319 @@
+"""Multiprocessing backend: worker processes step contiguous slices of envs in shared memory.
+
+Observations, rewards, terminals, truncations, masks and actions live in one shared block; each
+worker's envs write their rows in place and the main process reads views of them. Signalling:
+the main process sets a worker's command word and releases that worker's semaphore; the worker
+steps, sets its state word to READY and releases one shared `done` semaphore. The main process
+polls the state words for a few microseconds (a CartPole step is that fast), then blocks on
+`done`: neither side spins for long, so workers never starve the learner of a core.
+
+With `batch_size < num_envs`, `recv()` returns the first workers that are ready (EnvPool-style)
+and `send()` steps exactly those. Infos and errors travel on a per-worker queue, only when there
+are any. A worker whose env raises reports the env index and traceback; a worker that dies is
+noticed within `poll_s`; either way every worker is shut down and none is left behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+import traceback
+import weakref
+
+import numpy as np
+
+from puffer.emulation import Buffers
+from puffer.vector.base import (
+    EnvError,
+    EnvGroup,
+    VecEnv,
+    as_creators,
+    build_envs,
+    check_puffer_env,
+    check_workers,
+    default_workers,
+    row_ids,
+)
+
+log = logging.getLogger(__name__)
+
+# Command words (main -> worker) and state words (worker -> main).
+IDLE, RESET, STEP, CLOSE = 0, 1, 2, 3
+BUSY, READY, ERROR = 0, 1, 2
+
+
+class WorkerError(EnvError):
+    """A worker's env raised or the worker process died."""
+
+
+def _layout(specs: dict[str, tuple[tuple, np.dtype]]) -> tuple[dict, int]:
+    """Byte offsets of each named array in one shared block, each aligned to 64 bytes."""
+    offsets, cursor = {}, 0
+    for name, (shape, dtype) in specs.items():
+        offsets[name] = (cursor, shape, np.dtype(dtype))
+        cursor += -(-int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize // 64) * 64
+    return offsets, max(cursor, 64)
+
+
+def _views(raw, layout: dict) -> dict[str, np.ndarray]:
+    return {
+        name: np.frombuffer(raw, dtype, int(np.prod(shape, dtype=np.int64)), offset).reshape(shape)
+        for name, (offset, shape, dtype) in layout.items()
+    }
+
+
+def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, done, messages,
+            parent_pid, agents_per_env):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C and closes us
+    shared = _views(raw, layout)
+    commands, states, seeds = shared["commands"], shared["states"], shared["seed"]
+    rows = slice(first * agents_per_env, (first + len(creators)) * agents_per_env)
+    buffers = Buffers(*(shared[k][rows] for k in ("observations", "rewards", "terminals",
+                                                  "truncations", "masks")))
+    actions = shared["actions"][rows]
+
+    def finish(state, message=None):
+        if message is not None:
+            messages.put(message)
+        shared["has_message"][worker_id] = message is not None
+        states[worker_id] = state
+        done.release()
+
+    try:
+        group = EnvGroup(build_envs(creators, env_args, env_kwargs, first), first, buffers,
+                         agents_per_env)
+    except Exception:
+        finish(ERROR, traceback.format_exc())
+        return
+    finish(READY)
+    while True:
+        if not go.acquire(timeout=1.0):
+            if os.getppid() != parent_pid:  # the main process is gone: don't linger as an orphan
+                break
+            continue
+        command = commands[worker_id]
+        if command == CLOSE:
+            break
+        try:
+            if command == RESET:
+                infos = group.reset(int(seeds[0]) if seeds[1] else None)
+            else:
+                infos = group.step(actions)
+        except Exception:
+            finish(ERROR, traceback.format_exc())
+            continue
+        finish(READY, infos or None)
+    group.close()
+
+
+class Multiprocessing(VecEnv):
+    def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
+                 num_workers: int | None = None, batch_size: int | None = None,
+                 zero_copy: bool = True, seed: int = 0, overwork: bool = False,
+                 start_method: str | None = None, spin_us: float = 50.0, poll_s: float = 0.25):
+        creators = as_creators(env_creators, num_envs)
+        num_workers = default_workers(num_envs) if num_workers is None else num_workers
+        check_workers(num_envs, num_workers, num_envs if batch_size is None else batch_size, overwork)
+        driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
+        super().__init__(driver, num_envs, batch_size, seed)
+        driver.close()
+        self.num_workers = num_workers
+        self.envs_per_worker = num_envs // num_workers
+        self.workers_per_batch = self.batch_size // self.envs_per_worker
+        self.zero_copy = zero_copy
+        self.spin_s = spin_us * 1e-6
+        self.poll_s = poll_s
+
+        specs = Buffers.specs(self.single_observation_space, self.num_agents)
+        specs.update({
+            "actions": ((self.num_agents, *self.action_shape), self.action_dtype),
+            "commands": ((num_workers,), np.int32),
+            "states": ((num_workers,), np.int32),
+            "has_message": ((num_workers,), np.bool_),
+            "seed": ((2,), np.int64),  # [seed, whether a seed was given]
+        })
+        layout, nbytes = _layout(specs)
+        ctx = mp.get_context(start_method)
+        self._raw = ctx.RawArray(ctypes.c_byte, nbytes)
+        shared = _views(self._raw, layout)
+        self.buffers = Buffers(*(shared[k] for k in ("observations", "rewards", "terminals",
+                                                     "truncations", "masks")))
+        self.actions = shared["actions"]
+        self._commands, self._states = shared["commands"], shared["states"]
+        self._has_message, self._seed = shared["has_message"], shared["seed"]
+        self._states[:] = BUSY
+        self._done = ctx.Semaphore(0)
+        self._tokens = 0  # `done` releases already taken by a blocking wait but not yet matched
+        self._go = [ctx.Semaphore(0) for _ in range(num_workers)]
+        self._messages = [ctx.Queue() for _ in range(num_workers)]
+        self._processes = []
+        per = self.envs_per_worker
+        for w in range(num_workers):
+            process = ctx.Process(
+                target=_worker, name=f"puffer-worker-{w}", daemon=True,
+                args=(w, creators[w * per : (w + 1) * per], env_args, env_kwargs, w * per,
+                      self._raw, layout, self._go[w], self._done, self._messages[w], os.getpid(),
+                      self.agents_per_env),
+            )
+            process.start()
+            self._processes.append(process)
+        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._commands,
+                                           self._go, self._messages)
+        self._in_flight = set(range(num_workers))
+        self._received: list[int] | None = None
+        self._cursor = 0
+        try:
+            self._wait(num_workers)  # every worker built its envs, or we raise its error now
+        except BaseException:
+            self.close()
+            raise
+
+    # -- API ---------------------------------------------------------------------------------
+    def async_reset(self, seed: int | None = None) -> None:
+        seed = self.seed if seed is None else seed
+        self._wait(len(self._in_flight))  # drain anything still stepping
+        self._seed[:] = (0, 0) if seed is None else (seed, 1)
+        self._dispatch(range(self.num_workers), RESET)
+        self._received = None
+
+    def send(self, actions) -> None:
+        if self._received is None:
+            raise RuntimeError("send() called before recv(): it steps the envs recv() returned")
+        workers, self._received = self._received, None
+        rows = self._rows(workers)
+        actions = self.check_actions(actions, len(workers) * self.envs_per_worker * self.agents_per_env)
+        self.actions[rows] = actions
+        self._dispatch(workers, STEP)
+
+    def recv(self):
+        if self._received is not None:
+            raise RuntimeError("recv() called twice without send()")
+        workers, infos = self._wait(self.workers_per_batch)
+        self._received = workers
+        rows = self._rows(workers)
+        b = self.buffers
+        out = [b.observations[rows], b.rewards[rows], b.terminals[rows], b.truncations[rows],
+               b.masks[rows]]
+        if isinstance(rows, slice) and not self.zero_copy:
+            out = [x.copy() for x in out]
+        env_ids = np.concatenate([np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
+                                  for w in workers])
+        obs, rewards, terminals, truncations, masks = out
+        return obs, rewards, terminals, truncations, infos, env_ids, masks
+
+    def close(self) -> None:
+        if not self._closed:
+            self._finalizer()
+        super().close()
+
+    @property
+    def processes(self) -> list:
+        return list(self._processes)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _rows(self, workers: list[int]):
+        """Rows of `workers`: a slice (a view, no copy) when they are contiguous, else indices."""
+        per = self.envs_per_worker * self.agents_per_env
+        if all(b == a + 1 for a, b in zip(workers, workers[1:], strict=False)):
+            return slice(workers[0] * per, (workers[-1] + 1) * per)
+        return row_ids(np.asarray(workers), per)
+
+    def _dispatch(self, workers, command: int) -> None:
+        for w in workers:
+            self._states[w] = BUSY
+            self._commands[w] = command
+            self._in_flight.add(w)
+            self._go[w].release()
+
+    def _wait(self, count: int) -> tuple[list[int], list[dict]]:
+        """Block until `count` in-flight workers are ready; return them (in worker order, starting
+        after the last batch so no worker starves) and their infos."""
+        if self._closed:
+            raise RuntimeError("this vector env is closed")
+        ready: list[int] = []
+        spin_until = time.perf_counter() + self.spin_s
+        order = [(self._cursor + i) % self.num_workers for i in range(self.num_workers)]
+        while len(ready) < count:
+            found = False
+            for w in order:
+                if w in self._in_flight and self._states[w] != BUSY:
+                    self._claim(w)
+                    ready.append(w)
+                    found = True
+                    if len(ready) == count:
+                        break
+            if found or time.perf_counter() < spin_until:
+                continue
+            if self._done.acquire(timeout=self.poll_s):
+                self._tokens += 1
+            else:
+                self._check_alive()
+        if ready:
+            self._cursor = (ready[-1] + 1) % self.num_workers
+        ready.sort()
+        infos = []
+        for w in ready:
+            if self._has_message[w]:
+                infos.extend(self._message(w))
+        return ready, infos
+
+    def _claim(self, w: int) -> None:
+        """Match worker w's `done` release, then raise if it reported an error."""
+        if self._tokens:
+            self._tokens -= 1
+        else:
+            self._done.acquire()
+        self._in_flight.discard(w)
+        if self._states[w] == ERROR:
+            message = self._message(w)
+            self.close()
+            per = self.envs_per_worker
+            raise WorkerError(
+                f"worker {w} (envs {w * per}..{(w + 1) * per - 1}) failed:\n{message}"
+            )
+
+    def _message(self, w: int):
+        try:
+            return self._messages[w].get(timeout=5.0)
+        except queue.Empty:
+            self.close()
+            raise WorkerError(f"worker {w} flagged a message but none arrived within 5 s") from None
+
+    def _check_alive(self) -> None:
+        for w in sorted(self._in_flight):
+            process = self._processes[w]
+            if not process.is_alive():
+                code = process.exitcode
+                self.close()
+                per = self.envs_per_worker
+                raise WorkerError(
+                    f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) died "
+                    f"with exit code {code}" + (f" (signal {-code})" if code and code < 0 else "")
+                )
+
+
+def _shutdown(processes, commands, go, messages) -> None:
+    """Ask every worker to close, then make sure none is left: terminate, then kill."""
+    for w, process in enumerate(processes):
+        if process.is_alive():
+            commands[w] = CLOSE
+            go[w].release()
+    deadline = time.monotonic() + 2.0
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            log.warning("worker %s did not close in time; terminating it", process.name)
+            process.terminate()
+            process.join(timeout=1.0)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=1.0)
+    for q in messages:
+        q.cancel_join_thread()
+        q.close()

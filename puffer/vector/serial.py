@@ -1,0 +1,60 @@
+"""Serial backend: every env stepped in this process, one after another. The reference backend:
+deterministic, no processes, and the fastest when the env steps in microseconds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from puffer.emulation import Buffers
+from puffer.vector.base import (
+    EnvGroup,
+    VecConfigError,
+    VecEnv,
+    as_creators,
+    build_envs,
+    check_puffer_env,
+)
+
+
+class Serial(VecEnv):
+    def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
+                 num_workers: int | None = None, batch_size: int | None = None,
+                 zero_copy: bool = True, seed: int = 0, **unused):
+        creators = as_creators(env_creators, num_envs)
+        if batch_size not in (None, num_envs):
+            raise VecConfigError(
+                f"batch_size={batch_size}: the Serial backend steps all num_envs={num_envs} envs "
+                "at once; use backend=Multiprocessing for async batches"
+            )
+        driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
+        super().__init__(driver, num_envs, batch_size, seed)
+        self.zero_copy = zero_copy
+        self.buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
+        envs = [driver, *build_envs(creators[1:], env_args, env_kwargs, first=1)]
+        self.group = EnvGroup(envs, 0, self.buffers, self.agents_per_env)
+        self.env_ids = np.arange(num_envs)
+        self.envs = self.group.envs
+        self._infos: list[dict] | None = None
+
+    def async_reset(self, seed: int | None = None) -> None:
+        self._infos = self.group.reset(self.seed if seed is None else seed)
+
+    def send(self, actions) -> None:
+        if self._infos is not None:
+            raise RuntimeError("send() called twice without recv()")
+        self._infos = self.group.step(self.check_actions(actions, self.num_agents))
+
+    def recv(self):
+        if self._infos is None:
+            raise RuntimeError("recv() called before async_reset() or send()")
+        infos, self._infos = self._infos, None
+        b = self.buffers
+        out = (b.observations, b.rewards, b.terminals, b.truncations)
+        if not self.zero_copy:
+            out = tuple(x.copy() for x in out)
+        return (*out, infos, self.env_ids, b.masks)
+
+    def close(self) -> None:
+        if not self._closed:
+            self.group.close()
+        super().close()

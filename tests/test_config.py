@@ -1,0 +1,90 @@
+"""Config composition and validation: typos and wrong types are rejected with the key named."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from puffer.config import ConfigError, validate
+from puffer.run import make_env_creator
+
+
+def test_default_config_is_cartpole_ppo_on_cpu_friendly_defaults(make_cfg):
+    cfg = make_cfg()
+    assert cfg.env.id == "CartPole-v1"
+    assert cfg.vec.backend == "serial"
+    assert cfg.mode.name == "train"
+    assert cfg.device == "auto"
+    assert cfg.train.total_timesteps == 100_000
+    validate(cfg)
+
+
+def test_overrides_compose_from_groups(make_cfg):
+    cfg = make_cfg("env=classic/cartpole", "vec=multiprocessing", "train.total_timesteps=50000", "seed=3")
+    assert (cfg.vec.backend, cfg.train.total_timesteps, cfg.seed) == ("multiprocessing", 50000, 3)
+
+
+def test_env_tuned_settings_override_generic_train_defaults(make_cfg):
+    cfg = make_cfg("env=classic/acrobot")
+    assert cfg.env.id == "Acrobot-v1"
+    assert cfg.train.num_steps == 256
+    assert cfg.train.learning_rate == 2.5e-4  # CleanRL's default, untouched by the env
+
+
+@pytest.mark.parametrize("override", ["train.learning_rat=1e-3", "vec.num_env=4", "env.idd=CartPole-v1"])
+def test_unknown_key_is_rejected_with_its_name(make_cfg, override):
+    with pytest.raises((ConfigCompositionException, ConfigKeyError)) as info:
+        make_cfg(override)
+    assert override.split("=")[0].split(".")[-1] in str(info.value) + str(info.value.__cause__)
+
+
+def test_wrong_type_is_rejected_with_its_name(make_cfg):
+    with pytest.raises((ConfigCompositionException, ValidationError)) as info:
+        make_cfg("train.num_steps=lots")
+    assert "num_steps" in str(info.value) + str(info.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.learning_rate=-0.1", "train.learning_rate=-0.1"),
+        ("train.num_minibatches=100000", "train.num_minibatches=100000"),
+        ("train.gamma=1.5", "train.gamma=1.5"),
+        ("vec.backend=threads", "vec.backend='threads'"),
+        ("device=tpu", "device='tpu'"),
+        ("logger.mode=sometimes", "logger.mode='sometimes'"),
+    ],
+)
+def test_impossible_values_are_rejected_before_envs_start(make_cfg, override, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        validate(make_cfg(override))
+
+
+def test_cuda_device_without_cuda_is_a_clear_error(make_cfg):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        validate(make_cfg("device=cuda"))
+
+
+def test_unknown_gymnasium_id_names_the_key(make_cfg):
+    creator = make_env_creator(make_cfg("env=classic/gym", "env.id=NoSuchEnv-v9"))
+    with pytest.raises(ConfigError, match="env.id='NoSuchEnv-v9'"):
+        creator()
+
+
+def test_cli_prints_the_composed_job_config(cli):
+    result = cli("seed=7", "train.total_timesteps=123", "--cfg", "job")
+    assert "seed: 7" in result.stdout
+    assert "total_timesteps: 123" in result.stdout
+    assert "id: CartPole-v1" in result.stdout
+
+
+def test_cli_rejects_a_typo_before_training(cli):
+    result = cli("train.learning_rat=1e-3", check=False)
+    assert result.returncode != 0
+    assert "learning_rat" in result.stderr
+    assert "Traceback" not in result.stderr or "Key 'learning_rat'" in result.stderr

@@ -1,0 +1,233 @@
+"""Emulation: nested spaces round-trip through flat rows; wrappers follow the puffer protocol."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from puffer.emulation import GymnasiumPufferEnv, SpaceError, nativize
+from puffer.spaces import ActionLayout, FlatBox, HybridBox, ObsLayout, build_nest, iter_leaves
+
+DTYPES = [np.float32, np.float64, np.float16, np.uint8, np.int8, np.int32, np.int64, np.uint16]
+shapes = st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple)
+
+
+@st.composite
+def boxes(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    shape = draw(shapes)
+    if np.issubdtype(dtype, np.floating):
+        return spaces.Box(-10, 10, shape, dtype)
+    info = np.iinfo(dtype)
+    return spaces.Box(max(info.min, -100), min(info.max, 100), shape, dtype)
+
+
+leaf_spaces = st.one_of(
+    boxes(),
+    st.builds(spaces.Discrete, st.integers(1, 9), start=st.integers(-5, 5)),
+    st.builds(spaces.MultiDiscrete, st.lists(st.integers(1, 6), min_size=1, max_size=4)),
+    st.builds(spaces.MultiBinary, st.integers(1, 5)),
+)
+nested_spaces = st.recursive(
+    leaf_spaces,
+    lambda children: st.one_of(
+        st.lists(children, min_size=1, max_size=3).map(lambda xs: spaces.Tuple(xs)),
+        st.dictionaries(st.sampled_from("abcdef"), children, min_size=1, max_size=3).map(spaces.Dict),
+    ),
+    max_leaves=8,
+)
+
+
+def leaves_of(space, value):
+    return [np.asarray(_get(value, path)) for path, _ in iter_leaves(space)]
+
+
+def _get(value, path):
+    for key in path:
+        value = value[key]
+    return value
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(space=nested_spaces, seed=st.integers(0, 2**31 - 1), batch=st.integers(1, 4))
+def test_flatten_unflatten_round_trips_every_leaf_exactly(space, seed, batch):
+    space.seed(seed)
+    layout = ObsLayout(space)
+    flat = np.zeros((batch, *layout.flat_space.shape), layout.flat_space.dtype)
+    values = [space.sample() for _ in range(batch)]
+    for row, value in zip(flat, values, strict=True):
+        layout.write(layout.leaf_views(row), value)
+
+    for unflat in (layout.unflatten(flat), layout.unflatten(torch.from_numpy(flat))):
+        for b, value in enumerate(values):
+            got = leaves_of(space, unflat) if not layout.passthrough else [unflat]
+            want = leaves_of(space, value) if not layout.passthrough else [value]
+            for g, w in zip(got, want, strict=True):
+                g = g[b].numpy() if isinstance(g, torch.Tensor) else np.asarray(g[b])
+                assert g.shape == w.shape
+                assert np.array_equal(g, w.astype(g.dtype))
+                assert g.dtype == (np.int8 if w.dtype == np.int8 else w.dtype) or layout.passthrough
+
+
+@settings(max_examples=100, deadline=None)
+@given(space=nested_spaces, seed=st.integers(0, 2**31 - 1))
+def test_unflatten_keeps_the_nest_structure(space, seed):
+    layout = ObsLayout(space)
+    flat = np.zeros((2, *layout.flat_space.shape), layout.flat_space.dtype)
+    nest = layout.unflatten(flat)
+    if isinstance(space, spaces.Dict):
+        assert list(nest) == list(space.spaces)
+    elif isinstance(space, spaces.Tuple):
+        assert isinstance(nest, tuple) and len(nest) == len(space.spaces)
+
+
+def test_structured_rows_are_views_not_copies():
+    space = spaces.Dict({"pos": spaces.Box(-1, 1, (3,), np.float32), "id": spaces.Discrete(4)})
+    layout = ObsLayout(space)
+    assert isinstance(layout.flat_space, FlatBox) and layout.flat_space.native is space
+    flat = np.zeros((5, *layout.flat_space.shape), layout.flat_space.dtype)
+    nest = layout.unflatten(flat)
+    nest["pos"][2] = 0.5
+    assert np.shares_memory(nest["pos"], flat)
+    assert nativize(flat, layout.flat_space)["pos"][2, 0] == 0.5
+
+
+def test_box_observations_keep_their_shape_and_dtype():
+    space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert ObsLayout(space).flat_space is space
+
+
+@settings(max_examples=100, deadline=None)
+@given(space=nested_spaces, seed=st.integers(0, 2**31 - 1))
+def test_sampled_flat_actions_decode_into_the_native_space(space, seed):
+    layout = ActionLayout(space)
+    layout.flat_space.seed(seed)
+    flat = layout.flat_space.sample()
+    native = layout.decode(flat)
+    assert space.contains(native), (space, native)
+
+
+def test_mixed_discrete_and_continuous_actions_use_a_hybrid_box():
+    space = spaces.Dict({"fire": spaces.Discrete(3, start=1), "aim": spaces.Box(-2, 2, (2,), np.float32)})
+    layout = ActionLayout(space)
+    assert isinstance(layout.flat_space, HybridBox)
+    assert layout.flat_space.nvec.tolist() == [3]
+    native = layout.decode(np.array([2.0, 0.5, -1.5], np.float32))
+    assert native["fire"] == 3 and np.allclose(native["aim"], [0.5, -1.5])
+    with pytest.raises(SpaceError, match="outside the action space"):
+        layout.decode(np.array([2.5, 0.5, -1.5], np.float32))
+
+
+def test_observation_mismatch_names_the_key_path_expected_and_got():
+    space = spaces.Dict({"inventory": spaces.Tuple((spaces.Discrete(3), spaces.Box(0, 1, (2,), np.float32)))})
+    layout = ObsLayout(space)
+    bad = {"inventory": (1, np.array([0.5, 7.0], np.float32))}
+    with pytest.raises(SpaceError) as info:
+        layout.check(bad, "MyEnv-v0")
+    message = str(info.value)
+    assert "MyEnv-v0" in message and "obs['inventory'][1]" in message
+    assert "7.0" in message and "[0.0, 1.0]" in message
+    with pytest.raises(SpaceError, match=r"obs\['inventory'\]\[1\]: expected shape \(2,\), got shape \(3,\)"):
+        layout.check({"inventory": (1, np.zeros(3, np.float32))}, "MyEnv-v0")
+
+
+def test_unsupported_space_is_rejected_at_wrap_time():
+    with pytest.raises(SpaceError, match=r"obs\['name'\] is a Text"):
+        ObsLayout(spaces.Dict({"name": spaces.Text(5)}))
+
+
+class BrokenObsEnv(gym.Env):
+    """Declares Box(4,) float32 but returns 5 values after a few steps."""
+
+    observation_space = spaces.Box(-1, 1, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.zeros(5 if self.t >= 3 else 4, np.float32)
+        return obs, 0.0, False, False, {}
+
+
+def test_env_returning_the_wrong_shape_raises_a_validation_error():
+    env = GymnasiumPufferEnv(env=BrokenObsEnv())
+    env.reset(0)
+    env.step(np.array([0]))
+    env.step(np.array([0]))
+    with pytest.raises(SpaceError, match=r"BrokenObsEnv: obs: expected shape \(4,\), got shape \(5,\)"):
+        env.step(np.array([0]))
+
+
+def test_validation_can_be_disabled():
+    env = GymnasiumPufferEnv(env=BrokenObsEnv(), validate_steps=0)
+    env.reset(0)
+    with pytest.raises(ValueError):  # numpy can't broadcast 5 into 4, but no SpaceError check ran
+        for _ in range(3):
+            env.step(np.array([0]))
+
+
+def test_out_of_range_action_raises():
+    env = GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
+    env.reset(0)
+    with pytest.raises(SpaceError, match="CartPole-v1: action"):
+        env.step(np.array([2]))
+
+
+def test_autoreset_on_the_next_step_keeps_the_final_observation():
+    env = GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
+    reference = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=5)
+    ref_obs, _ = reference.reset(seed=5)
+    assert np.array_equal(obs[0], ref_obs)
+    steps = 0
+    while True:
+        obs, rew, term, trunc, infos = env.step(np.array([1]))
+        ref_obs, ref_rew, ref_term, ref_trunc, _ = reference.step(1)
+        steps += 1
+        assert np.array_equal(obs[0], ref_obs) and rew[0] == ref_rew
+        if term[0] or trunc[0]:
+            assert ref_term and infos == [{"episode_return": float(steps), "episode_length": steps}]
+            break
+    obs, rew, term, trunc, infos = env.step(np.array([1]))  # the action is ignored: reset
+    assert rew[0] == 0 and not term[0] and not trunc[0] and infos == []
+    assert np.abs(obs[0]).max() <= 0.05  # CartPole's reset distribution
+
+
+def test_step_before_reset_is_an_error():
+    env = GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step(np.array([0]))
+
+
+def test_structured_observation_env_writes_rows_in_place():
+    class DictEnv(gym.Env):
+        observation_space = spaces.Dict({"a": spaces.Box(-1, 1, (2,), np.float32), "b": spaces.Discrete(5)})
+        action_space = spaces.MultiDiscrete([2, 3])
+
+        def reset(self, seed=None, options=None):
+            return {"a": np.array([0.25, -0.5], np.float32), "b": 3}, {}
+
+        def step(self, action):
+            assert action.shape == (2,)
+            return {"a": np.array([0.75, 0.5], np.float32), "b": int(action[1])}, 1.0, False, False, {}
+
+    env = GymnasiumPufferEnv(env=DictEnv())
+    obs, _ = env.reset(0)
+    nest = nativize(obs, env.single_observation_space)
+    assert nest["b"][0] == 3 and np.allclose(nest["a"][0], [0.25, -0.5])
+    env.step(np.array([[1, 2]]))
+    assert nativize(env.observations, env.single_observation_space)["b"][0] == 2
+
+
+def test_nest_builder_follows_space_order():
+    space = spaces.Tuple((spaces.Discrete(2), spaces.Dict({"x": spaces.Discrete(3)})))
+    assert build_nest(space, iter([1, 2])) == (1, {"x": 2})

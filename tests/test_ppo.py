@@ -1,0 +1,115 @@
+"""PPO: GAE at episode ends, masked reset transitions, seeding, truncation bootstrapping."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+import puffer.vector
+from puffer.config import TrainConfig
+from puffer.emulation import GymnasiumPufferEnv
+from puffer.models import Default
+from puffer.ppo import PPO, NonFiniteError, seed_everything
+
+
+def cartpole():
+    return GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
+
+
+def make_trainer(creator=cartpole, num_envs=2, seed=0, **train):
+    seed_everything(seed)
+    vec = puffer.vector.make(creator, num_envs=num_envs, seed=seed)
+    policy = Default(vec.single_observation_space, vec.single_action_space)
+    return PPO(TrainConfig(**train), vec, policy, seed=seed)
+
+
+def test_gae_stops_at_terminals_and_bootstraps_truncations():
+    trainer = make_trainer(num_envs=1, num_steps=4, gamma=0.5, gae_lambda=0.5)
+    trainer.rewards[:, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    trainer.values[:, 0] = torch.tensor([10.0, 20.0, 30.0, 40.0])
+    trainer.next_value[:] = 50.0
+    # step 1 truncates (its next row holds V(final obs) = 30), step 3 runs on (bootstrap 50)
+    trainer.terminals[:, 0] = torch.tensor([0.0, 0.0, 0.0, 0.0])
+    trainer.dones[:, 0] = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    trainer.compute_advantages()
+    a3 = 4 + 0.5 * 50 - 40
+    a2 = 3 + 0.5 * 40 - 30 + 0.25 * a3
+    a1 = 2 + 0.5 * 30 - 20  # truncated: bootstrap, but no advantage flows in from the next episode
+    a0 = 1 + 0.5 * 20 - 10 + 0.25 * a1
+    assert trainer.advantages[:, 0].tolist() == pytest.approx([a0, a1, a2, a3])
+    # the same step terminating instead: no bootstrap at all
+    trainer.terminals[1, 0] = 1.0
+    trainer.compute_advantages()
+    assert trainer.advantages[1, 0].item() == pytest.approx(2 - 20)
+
+
+def test_reset_transitions_are_masked_out_of_the_batch():
+    trainer = make_trainer(num_envs=2, num_steps=200)
+    trainer.collect()
+    dones = trainer.dones.bool()
+    assert dones.any()
+    expected = torch.ones_like(trainer.valid)
+    expected[1:] = ~dones[:-1]
+    assert torch.equal(trainer.valid, expected)
+    # a reset transition carries no reward and no done flag
+    after_done = torch.zeros_like(dones)
+    after_done[1:] = dones[:-1]
+    assert (trainer.rewards[after_done] == 0).all() and not dones[after_done].any()
+
+
+def test_same_seed_gives_identical_losses_and_parameters():
+    def train(seed):
+        trainer = make_trainer(seed=seed, num_steps=64, total_timesteps=1024)
+        metrics = trainer.train()
+        return metrics, torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
+
+    (m1, p1), (m2, p2), (_, p3) = train(0), train(0), train(1)
+    keys = [k for k in m1 if k.startswith("train/")]
+    assert [m1[k] for k in keys] == [m2[k] for k in keys]
+    assert torch.equal(p1, p2)
+    assert not torch.equal(p1, p3)
+
+
+class ConstantReward(gym.Env):
+    """Reward 1 forever; a time limit truncates every 10 steps and the observation never changes.
+    Truncation is not termination: the right value is 1 / (1 - gamma) everywhere."""
+
+    observation_space = spaces.Box(0, 1, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 1.0, False, False, {}
+
+
+def test_truncated_episodes_bootstrap_so_values_reach_the_infinite_horizon():
+    def creator():
+        return GymnasiumPufferEnv(env=gym.wrappers.TimeLimit(ConstantReward(), 10))
+
+    trainer = make_trainer(creator, num_envs=4, num_steps=40, gamma=0.9, total_timesteps=40_000,
+                           learning_rate=3e-3, update_epochs=4, num_minibatches=1)
+    trainer.train()
+    value = trainer.policy(torch.zeros(1, 1))[1].item()
+    assert value == pytest.approx(10.0, rel=0.1)  # treating truncation as an end would give ~6.5
+
+
+def test_non_finite_loss_stops_training_naming_the_epoch():
+    class NanReward(ConstantReward):
+        def step(self, action):
+            return np.zeros(1, np.float32), float("nan"), False, False, {}
+
+    trainer = make_trainer(lambda: GymnasiumPufferEnv(env=NanReward()), num_steps=8)
+    with pytest.raises(NonFiniteError, match=r"train/loss is nan at epoch 0"):
+        trainer.train()
+
+
+def test_async_vec_batches_are_rejected_by_the_trainer_with_the_key():
+    vec = puffer.vector.make(cartpole, num_envs=4, num_workers=2, batch_size=2,
+                             backend="multiprocessing")
+    with vec, pytest.raises(ValueError, match="vec.batch_size=2"):
+        PPO(TrainConfig(), vec, Default(vec.single_observation_space, vec.single_action_space))

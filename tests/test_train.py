@@ -1,0 +1,83 @@
+"""End to end: the CLI, the Python API from the README, W&B offline, and learning CartPole."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from wandb_records import read_records
+
+from puffer.loggers import read_metrics
+from puffer.run import run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cli_run_leaves_config_metrics_checkpoint_and_eval(cli, tmp_path):
+    result = cli("train.total_timesteps=2048", "train.eval_episodes=3", "vec=multiprocessing")
+    run_dir = tmp_path / "run"
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+    assert "id: CartPole-v1" in (run_dir / "config.yaml").read_text()
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert records[0]["global_step"] == 256 and records[-1]["global_step"] == 2048
+    assert {"train/policy_loss", "train/value_loss", "perf/sps", "perf/env_pct"} <= set(records[0])
+    assert records[-1]["eval/episodes"] == 3 and records[-1]["eval/return_mean"] > 0
+    checkpoints = sorted((run_dir / "checkpoints").glob("*.pt"))
+    assert [c.name for c in checkpoints] == ["epoch_000008.pt"]
+    state = torch.load(checkpoints[0], weights_only=False)
+    assert state["global_step"] == 2048 and state["epoch"] == 8 and "optimizer" in state
+    assert (run_dir / "model.pt").exists()
+    assert "SPS" in result.stderr + result.stdout  # progress lines
+
+
+def key_of(item) -> str:
+    return item.key or "/".join(item.nested_key)
+
+
+def test_wandb_offline_run_records_config_step_metric_and_metrics(tmp_path, make_cfg):
+    cfg = make_cfg("logger=wandb", "logger.mode=offline", "train.total_timesteps=1024",
+                   "train.eval_episodes=2", "seed=4")
+    run(cfg, tmp_path)
+    files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    records = read_records(files[0])
+    updates = [r.run.config.update for r in records if r.HasField("run")]
+    updates += [r.config.update for r in records if r.HasField("config")]
+    config = {key_of(item): item.value_json for update in updates for item in update}
+    assert json.loads(config["seed"]) == 4
+    assert json.loads(config["env"])["id"] == "CartPole-v1"
+    metrics = {r.metric.glob_name: r.metric.step_metric for r in records if r.HasField("metric")}
+    assert metrics["perf/*"] == "global_step" and metrics["train/*"] == "global_step"
+    history = [{key_of(i): json.loads(i.value_json) for i in r.history.item} for r in records if r.HasField("history")]
+    assert [h["global_step"] for h in history[:4]] == [256, 512, 768, 1024]
+    assert {"perf/sps", "perf/learn_pct", "train/approx_kl", "env/episode_return"} <= set(history[1])
+    assert "eval/return_mean" in history[-1]
+    # the local metrics file is written as well
+    assert read_metrics(tmp_path / "metrics.jsonl")[-1]["global_step"] == 1024
+
+
+def readme_python_blocks():
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(readme_python_blocks())))
+def test_readme_python_examples_run_as_written(index, tmp_path):
+    code = readme_python_blocks()[index]
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_default_config_solves_cartpole_within_100k_steps(seed, make_cfg, tmp_path):
+    metrics = run(make_cfg(f"seed={seed}"), tmp_path)
+    assert metrics["perf/wall_s"] > 0
+    assert metrics["eval/episodes"] == 20
+    assert metrics["eval/return_mean"] >= 475, metrics

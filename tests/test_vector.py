@@ -1,0 +1,196 @@
+"""Vector backends: same data as Serial, async batches, faults that raise, no orphans."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+
+import puffer.vector
+from puffer.emulation import GymnasiumPufferEnv
+from puffer.vector import Multiprocessing, Serial, VecConfigError, WorkerError
+
+
+def cartpole():
+    return GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
+
+
+class Crashing(gym.Wrapper):
+    def __init__(self, env, crash_at):
+        super().__init__(env)
+        self.crash_at, self.t = crash_at, 0
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.crash_at:
+            raise ValueError(f"boom at step {self.t}")
+        return self.env.step(action)
+
+
+def crashing_cartpole(crash_at=3):
+    return GymnasiumPufferEnv(env=Crashing(gym.make("CartPole-v1"), crash_at))
+
+
+def children():
+    """Live child processes, except multiprocessing's resource tracker (one per parent, by design)."""
+    alive = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def rollout(vec, steps, seed=0):
+    rng = np.random.default_rng(seed)
+    obs, _ = vec.reset(seed)
+    trace = [obs.copy()]
+    for _ in range(steps):
+        obs, rew, term, trunc, _ = vec.step(rng.integers(0, 2, vec.num_agents))
+        trace.append(np.concatenate([obs.ravel(), rew, term, trunc]))
+    return trace
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_multiprocessing_steps_the_same_envs_as_serial(start_method):
+    with Serial(cartpole, num_envs=4) as serial:
+        expected = rollout(serial, 300)
+    with Multiprocessing(cartpole, num_envs=4, num_workers=2, start_method=start_method) as mp:
+        got = rollout(mp, 300)
+    for a, b in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_random_action_loop_has_a_leading_num_envs_dimension():
+    with puffer.vector.make(cartpole, num_envs=8, backend=puffer.vector.Multiprocessing) as vec:
+        obs, _ = vec.reset()
+        assert obs.shape == (8, 4)
+        actions = vec.action_space.sample()
+        obs, rew, done, trunc, info = vec.step(actions)
+        assert obs.shape == (8, 4) and rew.shape == done.shape == trunc.shape == (8,)
+        assert isinstance(info, list)
+
+
+def test_async_batches_return_ready_envs_and_step_exactly_those():
+    with Multiprocessing(cartpole, num_envs=8, num_workers=4, batch_size=4, overwork=True) as vec:
+        vec.async_reset(0)
+        stepped = np.zeros(8, int)
+        for _ in range(50):
+            obs, rew, term, trunc, infos, env_ids, masks = vec.recv()
+            assert obs.shape == (4, 4) and len(env_ids) == 4 and masks.all()
+            assert len(set(env_ids.tolist())) == 4
+            stepped[env_ids] += 1
+            vec.send(np.ones(4, int))
+        assert (stepped > 0).all()  # nobody starves
+
+
+def test_async_recv_returns_whichever_workers_finish_first():
+    class Slow(gym.Wrapper):
+        def step(self, action):
+            time.sleep(0.05)
+            return self.env.step(action)
+
+    def make(i):
+        env = gym.make("CartPole-v1")
+        return GymnasiumPufferEnv(env=Slow(env) if i == 0 else env)
+
+    creators = [functools.partial(make, i) for i in range(4)]
+    with Multiprocessing(creators, num_envs=4, num_workers=4, batch_size=1, start_method="fork",
+                         overwork=True) as vec:
+        vec.async_reset(0)
+        seen = []
+        for _ in range(12):
+            *_, env_ids, _ = vec.recv()
+            seen.append(int(env_ids[0]))
+            vec.send(np.zeros(1, int))
+        assert seen.count(0) < 4  # the slow env doesn't hold the others back
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_env_error_in_a_worker_raises_with_its_traceback_fast(start_method):
+    creators = [cartpole, cartpole, functools.partial(crashing_cartpole, 3), cartpole]
+    vec = Multiprocessing(creators, num_envs=4, num_workers=2, start_method=start_method)
+    vec.reset(0)
+    started = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        for _ in range(10):
+            vec.step(np.zeros(4, int))
+    assert time.monotonic() - started < 5
+    message = str(info.value)
+    assert "worker 1 (envs 2..3)" in message
+    assert "env 2 (CartPole-v1) raised in step" in message
+    assert "ValueError: boom at step 3" in message and "Traceback" in message
+    assert not children()
+
+
+def test_killed_worker_raises_instead_of_hanging():
+    vec = Multiprocessing(cartpole, num_envs=4, num_workers=2, start_method="fork")
+    vec.reset(0)
+    os.kill(vec.processes[1].pid, signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 1 .* died with exit code -9"):
+        for _ in range(1000):
+            vec.step(np.zeros(4, int))
+    assert time.monotonic() - started < 5
+    assert not children()
+
+
+def test_env_creation_error_is_raised_at_construction():
+    def bad():
+        raise RuntimeError("no such ROM")
+
+    creators = [cartpole, bad]
+    with pytest.raises(WorkerError, match="no such ROM"):
+        Multiprocessing(creators, num_envs=2, num_workers=2, start_method="fork")
+    assert not children()
+
+
+def test_close_leaves_no_child_process():
+    vec = Multiprocessing(cartpole, num_envs=4, num_workers=2)
+    vec.reset(0)
+    assert len(children()) >= 2
+    vec.close()
+    assert not children()
+
+
+def test_serial_wraps_env_errors_with_the_env_index():
+    with Serial([cartpole, functools.partial(crashing_cartpole, 2)], num_envs=2) as vec:
+        vec.reset(0)
+        vec.step(np.zeros(2, int))
+        with pytest.raises(puffer.vector.EnvError, match=r"env 1 \(CartPole-v1\) raised in step") as info:
+            vec.step(np.zeros(2, int))
+        assert isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_envs": 6, "num_workers": 4}, "num_envs=6 is not divisible by num_workers=4"),
+        ({"num_envs": 8, "num_workers": 2, "batch_size": 3}, "batch_size=3 is not a multiple of the 4 envs per worker"),
+        ({"num_envs": 64, "num_workers": 64}, "pass overwork=True"),
+    ],
+)
+def test_impossible_worker_layouts_fail_before_start(kwargs, message):
+    with pytest.raises(VecConfigError, match=message):
+        Multiprocessing(cartpole, **kwargs)
+    assert not children()
+
+
+def test_creator_must_return_a_puffer_env():
+    with pytest.raises(TypeError, match="GymnasiumPufferEnv"):
+        Serial(lambda: gym.make("CartPole-v1"), num_envs=1)
+
+
+def test_wrong_action_shape_is_a_clear_error():
+    with Serial(cartpole, num_envs=2) as vec:
+        vec.reset(0)
+        with pytest.raises(ValueError, match=r"expected shape \(2,\), got \(3,\)"):
+            vec.step(np.zeros(3, int))

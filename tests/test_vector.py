@@ -37,16 +37,34 @@ def crashing_cartpole(crash_at=3):
     return GymnasiumPufferEnv(env=Crashing(gym.make("CartPole-v1"), crash_at))
 
 
-def children():
-    """Live child processes, except multiprocessing's resource tracker (one per parent, by design)."""
-    alive = []
+def _live_children() -> set[int]:
+    alive = set()
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
-                alive.append(p)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.add(p.pid)
         except psutil.NoSuchProcess:
             pass
     return alive
+
+
+@pytest.fixture
+def children():
+    """children() -> processes started during this test and still alive. Services other tests
+    started (wandb-core) and multiprocessing's resource tracker (one per parent) don't count."""
+    before = _live_children()
+
+    def new_children() -> list[int]:
+        alive = []
+        for pid in _live_children() - before:
+            try:
+                if "resource_tracker" not in " ".join(psutil.Process(pid).cmdline()):
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    return new_children
 
 
 def rollout(vec, steps, seed=0):
@@ -115,7 +133,7 @@ def test_async_recv_returns_whichever_workers_finish_first():
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_env_error_in_a_worker_raises_with_its_traceback_fast(start_method):
+def test_env_error_in_a_worker_raises_with_its_traceback_fast(start_method, children):
     creators = [cartpole, cartpole, functools.partial(crashing_cartpole, 3), cartpole]
     vec = Multiprocessing(creators, num_envs=4, num_workers=2, start_method=start_method)
     vec.reset(0)
@@ -131,7 +149,7 @@ def test_env_error_in_a_worker_raises_with_its_traceback_fast(start_method):
     assert not children()
 
 
-def test_killed_worker_raises_instead_of_hanging():
+def test_killed_worker_raises_instead_of_hanging(children):
     vec = Multiprocessing(cartpole, num_envs=4, num_workers=2, start_method="fork")
     vec.reset(0)
     os.kill(vec.processes[1].pid, signal.SIGKILL)
@@ -143,7 +161,7 @@ def test_killed_worker_raises_instead_of_hanging():
     assert not children()
 
 
-def test_env_creation_error_is_raised_at_construction():
+def test_env_creation_error_is_raised_at_construction(children):
     def bad():
         raise RuntimeError("no such ROM")
 
@@ -153,7 +171,7 @@ def test_env_creation_error_is_raised_at_construction():
     assert not children()
 
 
-def test_close_leaves_no_child_process():
+def test_close_leaves_no_child_process(children):
     vec = Multiprocessing(cartpole, num_envs=4, num_workers=2)
     vec.reset(0)
     assert len(children()) >= 2
@@ -178,7 +196,7 @@ def test_serial_wraps_env_errors_with_the_env_index():
         ({"num_envs": 64, "num_workers": 64}, "pass overwork=True"),
     ],
 )
-def test_impossible_worker_layouts_fail_before_start(kwargs, message):
+def test_impossible_worker_layouts_fail_before_start(kwargs, message, children):
     with pytest.raises(VecConfigError, match=message):
         Multiprocessing(cartpole, **kwargs)
     assert not children()

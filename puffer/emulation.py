@@ -15,7 +15,8 @@ The protocol, shared by every backend and env:
   reset transition out of the loss and GAE (a row is valid when `mask` is set and the previous step
   of that row was not done).
 - Masks: False for rows with no live agent (multi-agent), which get zero obs and reward 0.
-- Infos: a list of dicts, one per finished episode, with `episode_return` and `episode_length`.
+- Infos: a sequence of dicts (often an empty tuple), one per finished episode, with
+  `episode_return` and `episode_length`.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class PufferEnv:
         self.truncations = buffers.truncations
         self.masks = buffers.masks
 
-    def outputs(self, infos: list[dict]) -> tuple:
+    def outputs(self, infos) -> tuple:
         return self.observations, self.rewards, self.terminals, self.truncations, infos
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
@@ -131,6 +132,7 @@ class GymnasiumPufferEnv(PufferEnv):
         self.num_agents = 1
         self.validate_steps = validate_steps
         self.seed = seed
+        self._decode = self.action_layout.fast_decoder()
         self._checked = 0
         self._needs_reset = True
         self._started = False
@@ -139,49 +141,49 @@ class GymnasiumPufferEnv(PufferEnv):
     def set_buffers(self, buffers: Buffers | None) -> None:
         super().set_buffers(buffers)
         self._obs_views = self.obs_layout.leaf_views(self.observations[0, ...])
+        self._write = self.obs_layout.writer()
+        self._running = self.outputs(())  # a step inside an episode: no infos (immutable)
 
     def _write_obs(self, obs: Any) -> None:
         if self._checked < self.validate_steps:
             self._checked += 1
             self.obs_layout.check(obs, self.name)
-        self.obs_layout.write(self._obs_views, obs)
+        self._write(self._obs_views, obs)
 
     def reset(self, seed: int | None = None):
-        obs, _ = self.env.reset(seed=self.seed if seed is None else seed)
-        self._write_obs(obs)
-        self._clear_step(mask=True)
-        self._needs_reset, self._started = False, True
-        self._return, self._length = 0.0, 0
+        self._start_episode(self.seed if seed is None else seed)
         return self.observations, []
 
-    def _clear_step(self, mask: bool) -> None:
+    def _start_episode(self, seed: int | None) -> None:
+        obs, _ = self.env.reset(seed=seed)
+        self._write_obs(obs)
         self.rewards[0] = 0.0
         self.terminals[0] = False
         self.truncations[0] = False
-        self.masks[0] = mask
+        self.masks[0] = True
+        self._needs_reset, self._started = False, True
+        self._return, self._length = 0.0, 0
 
     def step(self, actions):
-        if not self._started:
-            raise RuntimeError(f"{self.name}: call reset() before step()")
         if self._needs_reset:
-            obs, _ = self.env.reset()
-            self._write_obs(obs)
-            self._clear_step(mask=True)
-            self._needs_reset = False
-            self._return, self._length = 0.0, 0
+            if not self._started:
+                raise RuntimeError(f"{self.name}: call reset() before step()")
+            self._start_episode(None)
             return self.outputs([])
-        flat = np.asarray(actions).reshape((1, *self.single_action_space.shape))[0]
-        action = self.action_layout.decode(flat, self.name, check=self._checked < self.validate_steps)
+        if self._checked < self.validate_steps:
+            actions = np.asarray(actions).reshape(self.single_action_space.shape)
+            action = self.action_layout.decode(actions, self.name, check=True)
+        else:
+            action = self._decode(actions)
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._write_obs(obs)
         self.rewards[0] = reward
+        self._return += reward
+        self._length += 1
+        if not (terminated or truncated):  # the done flags are already False: skip two writes
+            return self._running
         self.terminals[0] = terminated
         self.truncations[0] = truncated
-        self.masks[0] = True
-        self._return += float(reward)
-        self._length += 1
-        if not (terminated or truncated):
-            return self.outputs([])
         self._needs_reset = True
         return self.outputs([_episode_info(self._return, self._length, info)])
 

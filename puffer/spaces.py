@@ -141,6 +141,12 @@ class ObsLayout:
         for leaf, view in zip(self.leaves, views, strict=True):
             view[...] = get_path(value, leaf.path)
 
+    def writer(self):
+        """`write`, specialised: a Box is one assignment into its single view."""
+        if self.passthrough:
+            return _write_single
+        return self.write
+
     def check(self, value: Any, env_name: str) -> None:
         """Raise SpaceError naming the key path when `value` does not fit the declared space."""
         check_value(self.space, value, f"{env_name}: {self.name}")
@@ -170,6 +176,10 @@ class ObsLayout:
             .reshape(batch + leaf.shape)
             for leaf in self.leaves
         ]
+
+
+def _write_single(views: list[np.ndarray], value: Any) -> None:
+    views[0][...] = value
 
 
 def _leaf_bounds(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
@@ -313,6 +323,7 @@ class ActionLayout:
         if continuous:
             low = np.concatenate([s.low.ravel() for _, s in continuous]).astype(np.float32)
             high = np.concatenate([s.high.ravel() for _, s in continuous]).astype(np.float32)
+        self._discrete_start = int(space.start) if isinstance(space, spaces.Discrete) else None
         if isinstance(space, spaces.Discrete):
             self.flat_space = spaces.Discrete(space.n)
         elif not continuous:
@@ -326,11 +337,19 @@ class ActionLayout:
         """Flat action (as sampled by the policy) -> the native action the env expects."""
         if check:
             self.check_flat(flat, env_name)
-        if isinstance(self.space, spaces.Discrete):
-            return int(np.asarray(flat).reshape(-1)[0]) + int(self.space.start)
+        if self._discrete_start is not None:
+            return int(np.asarray(flat).flat[0]) + self._discrete_start
         flat = np.asarray(flat).reshape(-1)
         decoded = {path: _decode_leaf(sub, flat[start:stop]) for path, sub, start, stop in self.segments}
         return build_nest(self.space, iter(decoded[path] for path, _ in self.leaves))
+
+    def fast_decoder(self):
+        """A decode without checks for the steps after validation; Discrete avoids array work."""
+        if self._discrete_start is None:
+            shape = self.flat_space.shape
+            return lambda flat: self.decode(np.asarray(flat).reshape(shape), check=False)
+        start = self._discrete_start
+        return lambda flat: int(flat.item() if isinstance(flat, np.ndarray) else flat) + start
 
     def check_flat(self, flat, env_name: str) -> None:
         if not self.flat_space.contains(np.asarray(flat).astype(self.flat_space.dtype).reshape(self.flat_space.shape)):

@@ -44,6 +44,8 @@ class TrainConfig:
     adam_eps: float = 1e-5
     # Checkpoint every N epochs (an epoch = one rollout + one update); 0: only at the end.
     checkpoint_interval: int = 0
+    # How many epoch checkpoints to keep (the newest); 0 keeps all.
+    keep_checkpoints: int = 3
     # Episodes of the final evaluation (deterministic policy, seeds apart from training's).
     eval_episodes: int = 20
     # Torch intra-op threads; 0 picks for the machine (see puffer.ppo.pick_threads).
@@ -122,6 +124,8 @@ class RunConfig:
     mode: ModeConfig = field(default_factory=ModeConfig)
     seed: int = 0
     device: str = "auto"
+    # A checkpoint file, a run directory (its newest checkpoint) or `latest` (newest under outputs/).
+    resume: str | None = None
 
 
 def register() -> None:
@@ -170,6 +174,8 @@ def validate(cfg) -> None:
              f"at most the batch of train.num_steps * vec.num_envs = {batch} steps")
     _require(t.checkpoint_interval >= 0, "train.checkpoint_interval", t.checkpoint_interval,
              "an integer >= 0 (0: only at the end)")
+    _require(t.keep_checkpoints >= 0, "train.keep_checkpoints", t.keep_checkpoints,
+             "an integer >= 0 (0 keeps all)")
     _require(t.eval_episodes >= 0, "train.eval_episodes", t.eval_episodes, "an integer >= 0")
     _require(cfg.logger.backend in LOGGER_BACKENDS, "logger.backend", cfg.logger.backend,
              f"one of {LOGGER_BACKENDS}")

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from puffer import checkpoint
 from puffer.config import TrainConfig
 from puffer.loggers.base import Logger
 from puffer.models import ActionDist
@@ -48,17 +49,6 @@ def pick_threads(requested: int) -> int:
     """Torch intra-op threads: as requested, else all cores (the envs share them only while
     the learner waits for them)."""
     return requested if requested > 0 else max(1, os.cpu_count() or 1)
-
-
-def save_atomic(obj, path: Path) -> None:
-    """Write to a temporary file, fsync, then rename: a crash never leaves a torn checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as file:
-        torch.save(obj, file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
 
 
 class PPO:
@@ -259,7 +249,7 @@ class PPO:
                 self.progress(self)
             if c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0:
                 self.save_checkpoint()
-        if self.run_dir is not None:
+        if self.run_dir is not None and not (c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0):
             self.save_checkpoint()
         return dict(self.last_metrics)
 
@@ -269,6 +259,9 @@ class PPO:
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """Everything needed to continue bit for bit: weights, optimizer (and so the LR schedule
+        position with `epoch`), counters, random states, and, where the backend can capture them,
+        the envs mid-episode with the observation the next step starts from."""
         return {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -276,19 +269,42 @@ class PPO:
             "global_step": self.global_step,
             "train_config": asdict(self.config),
             "config": self.full_config,
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "generator": self.generator.get_state(),
+            "seed": self.seed,
+            "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()},
+            "rollout": None if self._next_obs is None else {
+                "prev_done": self._prev_done.copy(),
+                "env_state": self.vecenv.get_state(),
             },
         }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epoch, self.global_step = state["epoch"], state["global_step"]
+        checkpoint.set_rng_state(state["rng"])
+        self.generator.set_state(state["rng"]["generator"])
+        rollout = state.get("rollout")
+        if rollout is None:
+            return
+        if rollout["env_state"] is None:
+            log.warning("the checkpoint holds no env state (backend %s); envs restart from their "
+                        "seeds", type(self.vecenv).__name__)
+            return
+        self.vecenv.set_state(rollout["env_state"])
+        self._prev_done = rollout["prev_done"].copy()
+        self._next_obs, self._next_mask = self.vecenv.current()
 
     def save_checkpoint(self) -> Path:
         if self.run_dir is None:
             raise ValueError("PPO(run_dir=None) has nowhere to write checkpoints")
-        path = self.run_dir / "checkpoints" / f"epoch_{self.epoch:06d}.pt"
-        save_atomic(self.state_dict(), path)
+        for name, param in self.policy.named_parameters():
+            if not torch.isfinite(param).all():
+                raise NonFiniteError(f"parameter {name} is not finite at epoch {self.epoch}; "
+                                     "not writing a poisoned checkpoint")
+        directory = self.run_dir / "checkpoints"
+        path = directory / f"epoch_{self.epoch:06d}.pt"
+        checkpoint.save_atomic(self.state_dict(), path)
+        checkpoint.prune(directory, self.config.keep_checkpoints)
         self.logger.log_checkpoint(path)
         return path
 

@@ -18,10 +18,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import puffer.vector
+from puffer import checkpoint
 from puffer.config import resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
-from puffer.ppo import PPO, pick_threads, save_atomic, seed_everything
+from puffer.ppo import PPO, pick_threads, seed_everything
 from puffer.progress import ProgressReporter
 
 log = logging.getLogger(__name__)
@@ -75,12 +76,17 @@ def _interrupt(signum, frame):
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Train (and evaluate) as `cfg` says; returns the final metrics, `eval/return_mean` among them."""
     validate(cfg)
+    resume = checkpoint.resolve(cfg.resume) if cfg.resume else None
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write to the run directory {run_dir}: {exc.strerror}; "
+                      "pass a writable hydra.run.dir") from exc
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed)
     torch.set_num_threads(pick_threads(cfg.train.torch_threads))
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
 
@@ -93,6 +99,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         trainer = PPO(OmegaConf.to_object(cfg.train), vecenv, policy, device=device, seed=cfg.seed, logger=logger,
                       run_dir=run_dir, full_config=OmegaConf.to_container(cfg, resolve=True),
                       progress=ProgressReporter(cfg, interval=cfg.train.log_interval))
+        if resume is not None:
+            trainer.load_state_dict(torch.load(resume, map_location=device, weights_only=False))
+            log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,
+                     trainer.global_step)
         try:
             metrics = trainer.train()
         except KeyboardInterrupt:
@@ -101,8 +111,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
             raise
         vecenv.close()
         metrics.update(final_evaluation(cfg, policy, env_creator, device))
-        logger.log({k: v for k, v in metrics.items() if k.startswith("eval/")}, trainer.global_step)
-        save_atomic({"policy": policy.state_dict(), "config": trainer.full_config},
+        evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        if evaluation:
+            logger.log(evaluation, trainer.global_step)
+        checkpoint.save_atomic({"policy": policy.state_dict(), "config": trainer.full_config},
                     run_dir / "model.pt")
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
                  metrics.get("eval/return_mean", float("nan")),

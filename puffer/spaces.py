@@ -346,10 +346,8 @@ class ActionLayout:
     def fast_decoder(self):
         """A decode without checks for the steps after validation; Discrete avoids array work."""
         if self._discrete_start is None:
-            shape = self.flat_space.shape
-            return lambda flat: self.decode(np.asarray(flat).reshape(shape), check=False)
-        start = self._discrete_start
-        return lambda flat: int(flat.item() if isinstance(flat, np.ndarray) else flat) + start
+            return _UncheckedDecoder(self)
+        return _DiscreteDecoder(self._discrete_start)
 
     def check_flat(self, flat, env_name: str) -> None:
         if not self.flat_space.contains(np.asarray(flat).astype(self.flat_space.dtype).reshape(self.flat_space.shape)):
@@ -357,6 +355,22 @@ class ActionLayout:
                 f"{env_name}: {self.name} {np.asarray(flat).tolist()!r} is outside the action space "
                 f"{self.flat_space}"
             )
+
+
+class _DiscreteDecoder:
+    def __init__(self, start: int):
+        self.start = start
+
+    def __call__(self, flat) -> int:
+        return int(flat.item() if isinstance(flat, np.ndarray) else flat) + self.start
+
+
+class _UncheckedDecoder:
+    def __init__(self, layout: ActionLayout):
+        self.layout = layout
+
+    def __call__(self, flat):
+        return self.layout.decode(np.asarray(flat).reshape(self.layout.flat_space.shape), check=False)
 
 
 def _categorical_sizes(space: spaces.Space) -> np.ndarray:

@@ -49,6 +49,7 @@ def test_wandb_offline_run_records_config_step_metric_and_metrics(tmp_path, make
     updates = [r.run.config.update for r in records if r.HasField("run")]
     updates += [r.config.update for r in records if r.HasField("config")]
     config = {key_of(item): item.value_json for update in updates for item in update}
+    assert "seed" in config, [(r.WhichOneof("record_type"), len(r.run.config.update)) for r in records[:4]]
     assert json.loads(config["seed"]) == 4
     assert json.loads(config["env"])["id"] == "CartPole-v1"
     metrics = {r.metric.glob_name: r.metric.step_metric for r in records if r.HasField("metric")}

@@ -157,6 +157,18 @@ class VecEnv:
     def close(self) -> None:
         self._closed = True
 
+    # -- checkpointing the envs themselves (Serial only; see Serial.get_state) ----------------
+    def get_state(self) -> dict | None:
+        """The envs mid-episode, for a bitwise resume; None where the backend can't capture it."""
+        return None
+
+    def set_state(self, state: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot restore env state")
+
+    def current(self) -> tuple[np.ndarray, np.ndarray]:
+        """Observations and masks of every row as the last recv() left them."""
+        return self.buffers.observations, self.buffers.masks
+
     # -- shared helpers ----------------------------------------------------------------------
     def check_actions(self, actions, rows: int) -> np.ndarray:
         actions = np.asarray(actions)

@@ -3,6 +3,10 @@ deterministic, no processes, and the fastest when the env steps in microseconds.
 
 from __future__ import annotations
 
+import logging
+import pickle
+from dataclasses import fields
+
 import numpy as np
 
 from puffer.emulation import Buffers
@@ -14,6 +18,8 @@ from puffer.vector.base import (
     build_envs,
     check_puffer_env,
 )
+
+log = logging.getLogger(__name__)
 
 
 class Serial(VecEnv):
@@ -53,6 +59,28 @@ class Serial(VecEnv):
         if not self.zero_copy:
             out = tuple(x.copy() for x in out)
         return (*out, infos, self.env_ids, b.masks)
+
+    def get_state(self) -> dict | None:
+        """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers."""
+        try:
+            envs = pickle.dumps(self.envs)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            log.warning("cannot pickle the envs (%r); a resume will restart them from their seeds", exc)
+            return None
+        buffers = {f.name: getattr(self.buffers, f.name).copy() for f in fields(self.buffers)}
+        return {"envs": envs, "buffers": buffers}
+
+    def set_state(self, state: dict) -> None:
+        envs = pickle.loads(state["envs"])
+        if len(envs) != self.num_envs:
+            raise ValueError(f"the saved state has {len(envs)} envs, this vector env {self.num_envs}")
+        for env in self.envs:
+            env.close()
+        self.group = EnvGroup(envs, 0, self.buffers, self.agents_per_env)
+        for name, saved in state["buffers"].items():
+            getattr(self.buffers, name)[...] = saved
+        self.envs = self.group.envs
+        self.driver_env = envs[0]
 
     def close(self) -> None:
         if not self._closed:

@@ -1,0 +1,124 @@
+"""Faults: resume bit for bit, checkpoints kept and never torn, Ctrl-C, bad paths."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from puffer import checkpoint
+from puffer.checkpoint import CheckpointError
+from puffer.loggers import read_metrics
+from puffer.run import run
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["train.total_timesteps=4096", "train.num_steps=64", "train.eval_episodes=0"]
+
+
+def params(path: Path) -> torch.Tensor:
+    state = torch.load(path, weights_only=False)["policy"]
+    return torch.cat([v.flatten() for v in state.values()])
+
+
+def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path):
+    run(make_cfg(*SMALL, "train.checkpoint_interval=4", "train.keep_checkpoints=0"), tmp_path / "full")
+    full = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    middle = tmp_path / "full" / "checkpoints" / "epoch_000004.pt"
+    assert middle.exists()
+
+    run(make_cfg(*SMALL, f"resume={middle}"), tmp_path / "resumed")
+    resumed = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
+    assert [r["global_step"] for r in resumed] == [r["global_step"] for r in full[4:]]
+    losses = ["train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl"]
+    for a, b in zip(full[4:], resumed, strict=True):
+        assert [a[k] for k in losses] == [b[k] for k in losses]
+    final = "epoch_000008.pt"
+    assert torch.equal(params(tmp_path / "full" / "checkpoints" / final),
+                       params(tmp_path / "resumed" / "checkpoints" / final))
+
+
+def test_resume_latest_finds_the_newest_checkpoint(tmp_path):
+    for name in ("a", "b"):
+        path = tmp_path / name / "checkpoints" / "epoch_000001.pt"
+        checkpoint.save_atomic({"x": 1}, path)
+        time.sleep(0.01)
+    assert checkpoint.resolve("latest", tmp_path) == tmp_path / "b" / "checkpoints" / "epoch_000001.pt"
+    assert checkpoint.resolve(str(tmp_path / "a")) == tmp_path / "a" / "checkpoints" / "epoch_000001.pt"
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        checkpoint.resolve(str(tmp_path / "missing.pt"))
+
+
+def test_only_the_last_k_checkpoints_are_kept(make_cfg, tmp_path):
+    run(make_cfg(*SMALL, "train.checkpoint_interval=1", "train.keep_checkpoints=3"), tmp_path)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["epoch_000006.pt", "epoch_000007.pt", "epoch_000008.pt"]
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoints" / "epoch_000001.pt"
+    checkpoint.save_atomic({"good": 1}, path)
+
+    def full_disk(obj, file):
+        file.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match="could not write checkpoint .*the disk is full"):
+        checkpoint.save_atomic({"bad": 1}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=False) == {"good": 1}
+    assert list(path.parent.iterdir()) == [path]  # no torn temporary file left behind
+
+
+def test_unwritable_run_directory_is_a_clear_error(make_cfg, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OSError, match="cannot write to the run directory .*a_file/run"):
+        run(make_cfg(*SMALL), blocker / "run")
+
+
+def test_missing_resume_checkpoint_fails_before_envs_start(make_cfg, tmp_path):
+    with pytest.raises(CheckpointError, match="resume='nope.pt'"):
+        run(make_cfg(*SMALL, "resume=nope.pt"), tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_saves_a_checkpoint_and_leaves_no_process(tmp_path, sig):
+    args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "vec=multiprocessing",
+            "train.total_timesteps=10000000", "train.log_interval=0"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+        time.sleep(0.2)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    assert workers, "expected multiprocessing workers"
+    proc.send_signal(sig)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    saved = list((tmp_path / "checkpoints").glob("epoch_*.pt"))
+    assert len(saved) == 1
+    state = torch.load(saved[0], weights_only=False)
+    assert state["epoch"] >= 3 and state["global_step"] > 0
+    time.sleep(0.5)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+    assert "checkpoint saved" in output
+
+
+def test_no_child_processes_remain_after_a_worker_crash_in_training(make_cfg, tmp_path):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    cfg = make_cfg(*SMALL, "vec=multiprocessing", "env=classic/gym", "env.id=NoSuchEnv-v0")
+    with pytest.raises(Exception, match="NoSuchEnv-v0"):
+        run(cfg, tmp_path)
+    after = {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+    assert not {pid for pid in after - before if "resource_tracker" not in " ".join(psutil.Process(pid).cmdline())}
+    assert os.getpid()

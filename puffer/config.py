@@ -86,6 +86,15 @@ class PettingZooEnvConfig:
 
 
 @dataclass
+class OceanCartPoleConfig:
+    """puffer.envs.ocean.CartPole: `num_envs` carts stepped at once in one env object."""
+
+    _target_: str = "puffer.envs.ocean.CartPole"
+    num_envs: int = 1024
+    max_steps: int = 500
+
+
+@dataclass
 class DefaultPolicyConfig:
     _target_: str = "puffer.models.Default"
     hidden_size: int = 64
@@ -134,6 +143,7 @@ def register() -> None:
     for name, node in {
         "train": TrainConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
         "env_gymnasium": GymnasiumEnvConfig, "env_pettingzoo": PettingZooEnvConfig,
+        "env_ocean_cartpole": OceanCartPoleConfig,
         "policy_default": DefaultPolicyConfig,
     }.items():
         cs.store(group="schema", name=name, node=node)

@@ -71,6 +71,9 @@ class PufferEnv:
     single_action_space: gymnasium.spaces.Space
     num_agents: int = 1
     name: str = "env"
+    # True for native batched envs whose rows are separate episodes (each info names its `row`);
+    # False when the rows are agents of one shared episode.
+    independent_rows: bool = False
 
     def set_buffers(self, buffers: Buffers | None) -> None:
         if buffers is None:

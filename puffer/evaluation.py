@@ -1,6 +1,7 @@
 """The evaluation protocol: a fixed number of full episodes on seeds apart from training's.
 
-Each eval env plays a fixed quota of episodes, so short episodes are not over-counted. The
+Each episode slot (an env, or a row of a native env whose rows are separate episodes) plays a
+fixed quota, so short episodes are not over-counted. The
 deterministic policy (argmax / Gaussian mean) and the stochastic one are both reported.
 """
 
@@ -28,10 +29,12 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
              num_envs: int = 8, max_steps: int = 1_000_000) -> dict[str, float]:
     """Play `episodes` episodes; returns mean/std/95% interval of the episode return and length."""
     num_envs = max(1, min(num_envs, episodes))
-    quotas = episode_quotas(episodes, num_envs)
     returns, lengths = [], []
-    done_count = np.zeros(num_envs, dtype=int)
     with Serial(env_creator, num_envs=num_envs, seed=seed + EVAL_SEED_OFFSET) as vec:
+        # An episode slot is an env, or a row of a native env whose rows are separate episodes.
+        rows = vec.agents_per_env if vec.driver_env.independent_rows else 1
+        quotas = episode_quotas(episodes, num_envs * rows)
+        done_count = np.zeros_like(quotas)
         dist = ActionDist(vec.single_action_space)
         obs, _ = vec.reset()
         for _ in range(max_steps):
@@ -39,9 +42,9 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
             action = dist.mode(params) if deterministic else dist.sample(params)[0]
             obs, _, _, _, infos = vec.step(dist.to_env(action))
             for info in infos:
-                env_id = info["env_id"]
-                if "episode_return" in info and done_count[env_id] < quotas[env_id]:
-                    done_count[env_id] += 1
+                slot = info["env_id"] * rows + info.get("row", 0)
+                if "episode_return" in info and done_count[slot] < quotas[slot]:
+                    done_count[slot] += 1
                     returns.append(info["episode_return"])
                     lengths.append(info["episode_length"])
             if (done_count >= quotas).all():

@@ -70,7 +70,9 @@ class PPO:
         self.full_config = full_config
         self.progress = progress
         self.dist = ActionDist(vecenv.single_action_space)
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+        # fused: one kernel for the whole update instead of a few per parameter tensor
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate,
+                                          eps=config.adam_eps, fused=True)
         self.forward = torch.compile(self.policy) if config.compile else self.policy
         self.profiler = Profiler(self.device.type)
         self.generator = torch.Generator().manual_seed(seed)

@@ -14,7 +14,10 @@ log = logging.getLogger("puffer.progress")
 
 def _env_name(cfg) -> str:
     env = cfg.env
-    return str(env.get("id") or env.get("module") or env.get("_target_"))
+    target = str(env.get("_target_", ""))
+    if target.startswith("puffer.envs.ocean."):
+        return "ocean/" + target.rsplit(".", 1)[-1].lower()
+    return str(env.get("id") or env.get("module") or target)
 
 
 class ProgressReporter:

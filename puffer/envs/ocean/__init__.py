@@ -1,0 +1,6 @@
+"""Native batched envs: written against puffer's buffers, every instance stepped at once with
+numpy (no per-env Python loop), autoresetting in place on the step after an episode ends."""
+
+from puffer.envs.ocean.cartpole import CartPole
+
+__all__ = ["CartPole"]

@@ -1,0 +1,90 @@
+"""CartPole with gymnasium's CartPole-v1 dynamics (Euler, same constants, same thresholds, the
+500-step time limit), for `num_envs` carts at once, one row each."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from gymnasium import spaces
+
+from puffer.emulation import Buffers, PufferEnv
+
+GRAVITY, MASSCART, MASSPOLE, LENGTH, FORCE_MAG, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+TOTAL_MASS = MASSPOLE + MASSCART
+POLEMASS_LENGTH = MASSPOLE * LENGTH
+THETA_THRESHOLD = 12 * 2 * math.pi / 360
+X_THRESHOLD = 2.4
+HIGH = np.array([X_THRESHOLD * 2, np.finfo(np.float32).max, THETA_THRESHOLD * 2,
+                 np.finfo(np.float32).max], dtype=np.float32)
+
+
+class CartPole(PufferEnv):
+    independent_rows = True
+
+    def __init__(self, num_envs: int = 1024, max_steps: int = 500, seed: int = 0,
+                 buf: Buffers | None = None):
+        self.name = "ocean/cartpole"
+        self.num_agents = num_envs
+        self.max_steps = max_steps
+        self.seed = seed
+        self.single_observation_space = spaces.Box(-HIGH, HIGH, dtype=np.float32)
+        self.single_action_space = spaces.Discrete(2)
+        self.state = np.zeros((num_envs, 4))  # float64, as gymnasium keeps it
+        self.steps = np.zeros(num_envs, dtype=np.int64)
+        self.returns = np.zeros(num_envs)
+        self.needs_reset = np.zeros(num_envs, dtype=bool)
+        self.rng = np.random.default_rng(seed)
+        self.set_buffers(buf)
+
+    def reset(self, seed: int | None = None):
+        self.rng = np.random.default_rng(self.seed if seed is None else seed)
+        self.state[:] = self.rng.uniform(-0.05, 0.05, self.state.shape)
+        self.steps[:] = 0
+        self.returns[:] = 0
+        self.needs_reset[:] = False
+        self.observations[:] = self.state
+        self.rewards[:] = 0
+        self.terminals[:] = False
+        self.truncations[:] = False
+        self.masks[:] = True
+        return self.observations, []
+
+    def step(self, actions):
+        x, x_dot, theta, theta_dot = self.state.T
+        force = np.where(np.asarray(actions).reshape(-1) == 1, FORCE_MAG, -FORCE_MAG)
+        costheta, sintheta = np.cos(theta), np.sin(theta)
+        temp = (force + POLEMASS_LENGTH * np.square(theta_dot) * sintheta) / TOTAL_MASS
+        thetaacc = (GRAVITY * sintheta - costheta * temp) / (
+            LENGTH * (4.0 / 3.0 - MASSPOLE * np.square(costheta) / TOTAL_MASS))
+        xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
+        self.state = np.stack([x + TAU * x_dot, x_dot + TAU * xacc, theta + TAU * theta_dot,
+                               theta_dot + TAU * thetaacc], axis=1)
+        x, theta = self.state[:, 0], self.state[:, 2]
+        terminated = (x < -X_THRESHOLD) | (x > X_THRESHOLD) | (theta < -THETA_THRESHOLD) | (
+            theta > THETA_THRESHOLD)
+        self.steps += 1
+        truncated = (self.steps >= self.max_steps) & ~terminated
+        rewards = np.ones(self.num_agents)
+
+        resetting = self.needs_reset  # these ignore their action and start a new episode
+        if resetting.any():
+            self.state[resetting] = self.rng.uniform(-0.05, 0.05, (int(resetting.sum()), 4))
+            self.steps[resetting] = 0
+            self.returns[resetting] = 0
+            terminated[resetting] = truncated[resetting] = False
+            rewards[resetting] = 0
+        self.returns += rewards
+        done = terminated | truncated
+        self.needs_reset = done
+
+        self.observations[:] = self.state
+        self.rewards[:] = rewards
+        self.terminals[:] = terminated
+        self.truncations[:] = truncated
+        if not done.any():
+            return self.outputs(())
+        rows = np.flatnonzero(done)
+        infos = [{"episode_return": r, "episode_length": n, "row": int(i)}
+                 for r, n, i in zip(self.returns[rows].tolist(), self.steps[rows].tolist(), rows, strict=True)]
+        return self.outputs(infos)

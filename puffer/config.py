@@ -120,7 +120,22 @@ class LoggerConfig:
 
 @dataclass
 class ModeConfig:
+    """train: train, evaluate, save. profile: a short training, then where the time went."""
+
     name: str = "train"
+
+
+@dataclass
+class ProfileConfig:
+    """Read by mode=profile (and `sync_cuda` by any mode on CUDA)."""
+
+    # Training steps of a profile run (at most train.total_timesteps).
+    timesteps: int = 50_000
+    # Synchronise CUDA at section boundaries so kernels are charged where they were launched;
+    # null: on for mode=profile, off otherwise (it costs a little speed).
+    sync_cuda: bool | None = None
+    # Also record a torch profiler trace (trace.json in the run directory, chrome://tracing).
+    torch_trace: bool = False
 
 
 @dataclass
@@ -131,6 +146,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     mode: ModeConfig = field(default_factory=ModeConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     seed: int = 0
     device: str = "auto"
     # A checkpoint file, a run directory (its newest checkpoint) or `latest` (newest under outputs/).
@@ -142,6 +158,7 @@ def register() -> None:
     cs.store(name="run_schema", node=RunConfig)
     for name, node in {
         "train": TrainConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
+        "profile": ProfileConfig,
         "env_gymnasium": GymnasiumEnvConfig, "env_pettingzoo": PettingZooEnvConfig,
         "env_ocean_cartpole": OceanCartPoleConfig,
         "policy_default": DefaultPolicyConfig,
@@ -152,7 +169,7 @@ def register() -> None:
 register()
 
 
-MODES = ("train",)
+MODES = ("train", "profile")
 BACKENDS = ("serial", "multiprocessing")
 LOGGER_BACKENDS = ("none", "wandb")
 WANDB_MODES = (None, "offline", "online", "disabled")

@@ -54,7 +54,7 @@ def pick_threads(requested: int) -> int:
 class PPO:
     def __init__(self, config: TrainConfig, vecenv, policy: nn.Module, device: str = "cpu",
                  seed: int = 0, logger: Logger | None = None, run_dir: str | Path | None = None,
-                 full_config: dict | None = None, progress=None):
+                 full_config: dict | None = None, progress=None, profiler: Profiler | None = None):
         if vecenv.batch_size != vecenv.num_envs:
             raise ValueError(
                 f"vec.batch_size={vecenv.batch_size}: the PPO trainer steps all "
@@ -74,7 +74,7 @@ class PPO:
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate,
                                           eps=config.adam_eps, fused=True)
         self.forward = torch.compile(self.policy) if config.compile else self.policy
-        self.profiler = Profiler(self.device.type)
+        self.profiler = profiler or Profiler(self.device.type)
         self.generator = torch.Generator().manual_seed(seed)
 
         T, N = config.num_steps, vecenv.num_agents
@@ -236,6 +236,7 @@ class PPO:
         """Run epochs until total_timesteps; log each epoch; checkpoint on schedule and at the end."""
         c = self.config
         started_step, started = self.global_step, time.perf_counter()
+        self.profiler.restart()
         while self.epoch < self.num_epochs:
             self.collect()
             with self.profiler.learn:

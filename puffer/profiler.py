@@ -1,9 +1,10 @@
 """Where each second goes: wall time split into the phases of training.
 
-What lives here: `Profiler`, plain timers per section. It knows no logger and no terminal; it
-returns plain dicts. Sections: env (stepping and waiting for workers), forward (policy inference
-in the rollout), copy (host/device transfers and buffer writes), learn (training forward,
-backward, optimizer), misc (the rest, so the sections add up to wall time).
+What lives here: `Profiler` (plain timers per section), the breakdown table and the verdict. It
+knows no logger and no terminal; it returns plain dicts and strings. Sections: env (stepping and
+waiting for workers), forward (policy inference in the rollout), copy (host/device transfers and
+buffer writes), learn (training forward, backward, optimizer), misc (the rest: logging,
+checkpoints, the loop itself), so that the sections add up to wall time.
 """
 
 from __future__ import annotations
@@ -20,13 +21,27 @@ class _Section:
         self.profiler, self.name, self.started = profiler, name, 0.0
 
     def __enter__(self):
-        self.profiler.synchronize()
+        if self.profiler.sync:
+            self.profiler.synchronize()
         self.started = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.profiler.synchronize()
+        if self.profiler.sync:
+            self.profiler.synchronize()
         self.profiler.totals[self.name] += time.perf_counter() - self.started
+
+
+class _Off:
+    """A section that measures nothing (Profiler(enabled=False)), for overhead benchmarks."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 class Profiler:
@@ -36,17 +51,21 @@ class Profiler:
     kernels are charged to the section that launched them.
     """
 
-    def __init__(self, device: str = "cpu", sync: bool = False):
+    def __init__(self, device: str = "cpu", sync: bool = False, enabled: bool = True):
         self.sync = sync and str(device).startswith("cuda")
         self.totals = dict.fromkeys(SECTIONS, 0.0)
-        self.env, self.forward, self.copy, self.learn = (_Section(self, name) for name in SECTIONS)
+        sections = (_Section(self, name) if enabled else _Off() for name in SECTIONS)
+        self.env, self.forward, self.copy, self.learn = sections
+        self.started = time.perf_counter()
+
+    def restart(self) -> None:
+        self.totals = dict.fromkeys(SECTIONS, 0.0)
         self.started = time.perf_counter()
 
     def synchronize(self) -> None:
-        if self.sync:
-            import torch
+        import torch
 
-            torch.cuda.synchronize()
+        torch.cuda.synchronize()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -60,7 +79,7 @@ class Profiler:
         return seconds
 
     def metrics(self) -> dict[str, float]:
-        """`perf/<section>_s` and `perf/<section>_pct` for every section."""
+        """`perf/<section>_s` and `perf/<section>_pct` for every section, and `perf/wall_s`."""
         seconds = self.breakdown()
         wall = max(seconds.pop("wall"), 1e-12)
         out = {}
@@ -69,3 +88,36 @@ class Profiler:
             out[f"perf/{name}_pct"] = 100.0 * value / wall
         out["perf/wall_s"] = wall
         return out
+
+
+def rows(metrics: dict[str, float]) -> list[tuple[str, float, float]]:
+    """(section, seconds, percent) for each section, from `Profiler.metrics()` keys."""
+    return [(name, metrics.get(f"perf/{name}_s", 0.0), metrics.get(f"perf/{name}_pct", 0.0))
+            for name in (*SECTIONS, "misc")]
+
+
+def verdict(metrics: dict[str, float]) -> str:
+    """One plain sentence: what limits throughput and what to try."""
+    pct = {name: p for name, _, p in rows(metrics)}
+    model = pct["forward"] + pct["learn"]
+    if pct["env"] >= max(model, pct["copy"], pct["misc"]):
+        return (f"env-bound: {pct['env']:.0f}% of time in env; try vec=multiprocessing, more "
+                "workers (vec.num_workers), or a native batched env")
+    if model >= max(pct["copy"], pct["misc"]):
+        return (f"model-bound: {model:.0f}% of time in the policy (forward {pct['forward']:.0f}%, "
+                f"learn {pct['learn']:.0f}%); try larger minibatches (train.num_minibatches), "
+                "fewer train.update_epochs, device=cuda or train.compile=true")
+    if pct["copy"] >= pct["misc"]:
+        return (f"copy-bound: {pct['copy']:.0f}% of time moving data; keep observations small "
+                "(uint8 pixels) and the rollout on one device")
+    return (f"overhead-bound: {pct['misc']:.0f}% of time outside env, model and copies "
+            "(logging, checkpoints); raise train.log_interval or train.checkpoint_interval")
+
+
+def table(metrics: dict[str, float]) -> str:
+    """The breakdown as a plain-text table with bars."""
+    lines = [f"{'section':<8} {'seconds':>9} {'share':>6}"]
+    for name, seconds, pct in rows(metrics):
+        lines.append(f"{name:<8} {seconds:>9.2f} {pct:>5.1f}% {'#' * round(pct / 2.5)}")
+    lines.append(f"{'wall':<8} {metrics.get('perf/wall_s', 0.0):>9.2f}")
+    return "\n".join(lines)

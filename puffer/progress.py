@@ -1,18 +1,27 @@
-"""Progress lines while training: steps, SPS, ETA, episode return, losses, time breakdown.
+"""Training progress for people: a live terminal dashboard, or plain log lines.
 
-Plain `logging` lines at a fixed interval (the right thing for CI, log files and Hydra
-multirun); the trainer calls the reporter once per epoch.
+When stdout is a terminal, a `rich` dashboard is redrawn a few times per second: env, steps with
+ETA, SPS, epoch, the profiler sections as bars, the losses and the episode stats. Otherwise (CI,
+log files, Hydra multirun) a plain `logging` line every `interval` seconds and at the end.
+The trainer calls the reporter once per epoch; `close()` stops the dashboard.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
+
+from rich.live import Live
+from rich.table import Table
 
 log = logging.getLogger("puffer.progress")
 
+SECTIONS = ("env", "forward", "copy", "learn", "misc")
+LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance")
 
-def _env_name(cfg) -> str:
+
+def env_name(cfg) -> str:
     env = cfg.env
     target = str(env.get("_target_", ""))
     if target.startswith("puffer.envs.ocean."):
@@ -20,33 +29,69 @@ def _env_name(cfg) -> str:
     return str(env.get("id") or env.get("module") or target)
 
 
+def snapshot(trainer) -> dict:
+    """The numbers both views show, from the trainer's latest metrics."""
+    m = trainer.last_metrics
+    total = trainer.num_epochs * trainer.batch_size
+    sps = m.get("perf/sps", 0.0)
+    return {
+        "step": trainer.global_step, "total": total, "sps": sps,
+        "eta": (total - trainer.global_step) / sps if sps > 0 else float("nan"),
+        "epoch": trainer.epoch, "epochs": trainer.num_epochs,
+        "sections": {name: m.get(f"perf/{name}_pct", 0.0) for name in SECTIONS},
+        "losses": {name: m.get(f"train/{name}", float("nan")) for name in LOSSES},
+        "return": m.get("env/episode_return", float("nan")),
+        "length": m.get("env/episode_length", float("nan")),
+    }
+
+
+def render(name: str, s: dict) -> Table:
+    table = Table(title=f"puffer | {name}", show_header=False, expand=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("steps", f"{s['step']:,} / {s['total']:,}   ETA {s['eta']:,.0f}s")
+    table.add_row("SPS", f"{s['sps']:,.0f}")
+    table.add_row("epoch", f"{s['epoch']} / {s['epochs']}")
+    table.add_row("episode", f"return {s['return']:.2f}   length {s['length']:.1f}")
+    for section, pct in s["sections"].items():
+        table.add_row(section, f"{'#' * round(pct / 2.5):<40} {pct:5.1f}%")
+    for loss, value in s["losses"].items():
+        table.add_row(loss, f"{value:.4f}")
+    return table
+
+
+def line(name: str, s: dict) -> str:
+    sections = " ".join(f"{k} {v:.0f}%" for k, v in s["sections"].items())
+    return (f"{name} | step {s['step']:,}/{s['total']:,} | epoch {s['epoch']}/{s['epochs']} | "
+            f"{s['sps']:,.0f} SPS | ETA {s['eta']:,.0f}s | return {s['return']:.1f} | "
+            f"policy_loss {s['losses']['policy_loss']:.3f} value_loss "
+            f"{s['losses']['value_loss']:.3f} | {sections}")
+
+
 class ProgressReporter:
-    def __init__(self, cfg, interval: float = 5.0):
-        self.name = _env_name(cfg)
+    def __init__(self, cfg, interval: float = 5.0, live: bool | None = None):
+        self.name = env_name(cfg)
         self.interval = interval
         self.last = float("-inf")
+        self.live_enabled = sys.stdout.isatty() if live is None else live
+        self.live: Live | None = None
 
     def __call__(self, trainer) -> None:
+        s = snapshot(trainer)
+        if self.live_enabled:
+            if self.live is None:
+                self.live = Live(render(self.name, s), refresh_per_second=4, transient=False)
+                self.live.start()
+            else:
+                self.live.update(render(self.name, s))
+            return
         now = time.monotonic()
-        final = trainer.epoch >= trainer.num_epochs
-        if not final and now - self.last < self.interval:
+        if trainer.epoch < trainer.num_epochs and now - self.last < self.interval:
             return
         self.last = now
-        log.info("%s", self.line(trainer))
+        log.info("%s", line(self.name, s))
 
-    def line(self, trainer) -> str:
-        m = trainer.last_metrics
-        total = trainer.num_epochs * trainer.batch_size
-        sps = m.get("perf/sps", 0.0)
-        eta = (total - trainer.global_step) / sps if sps > 0 else float("nan")
-        sections = " ".join(
-            f"{name} {m.get(f'perf/{name}_pct', 0.0):.0f}%"
-            for name in ("env", "forward", "copy", "learn", "misc")
-        )
-        return (
-            f"{self.name} | step {trainer.global_step:,}/{total:,} | epoch {trainer.epoch}/"
-            f"{trainer.num_epochs} | {sps:,.0f} SPS | ETA {eta:,.0f}s | return "
-            f"{m.get('env/episode_return', float('nan')):.1f} | policy_loss "
-            f"{m.get('train/policy_loss', float('nan')):.3f} value_loss "
-            f"{m.get('train/value_loss', float('nan')):.3f} | {sections}"
-        )
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None

@@ -18,11 +18,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import puffer.vector
-from puffer import checkpoint
+from puffer import checkpoint, profiler
 from puffer.config import resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
 from puffer.ppo import PPO, pick_threads, seed_everything
+from puffer.profiler import Profiler
 from puffer.progress import ProgressReporter
 
 log = logging.getLogger(__name__)
@@ -74,57 +75,97 @@ def _interrupt(signum, frame):
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
-    """Train (and evaluate) as `cfg` says; returns the final metrics, `eval/return_mean` among them."""
+    """Train (and evaluate) as `cfg` says; returns the final metrics, `eval/return_mean` among them.
+    mode=profile trains briefly and reports where the time went instead of evaluating."""
     validate(cfg)
     resume = checkpoint.resolve(cfg.resume) if cfg.resume else None
-    run_dir = Path(run_dir)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot write to the run directory {run_dir}: {exc.strerror}; "
-                      "pass a writable hydra.run.dir") from exc
+    run_dir = prepare_run_dir(cfg, Path(run_dir))
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed)
     torch.set_num_threads(pick_threads(cfg.train.torch_threads))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+    profiling = cfg.mode.name == "profile"
+    train_cfg = OmegaConf.to_object(cfg.train)
+    if profiling:
+        train_cfg.total_timesteps = min(train_cfg.total_timesteps, cfg.profile.timesteps)
+    sync = cfg.profile.sync_cuda if cfg.profile.sync_cuda is not None else profiling
 
     env_creator = make_env_creator(cfg)
     vecenv = make_vecenv(cfg, env_creator)
-    logger = None
+    logger = progress = None
     try:
         policy = make_policy(cfg, vecenv)
         logger = make_logger(cfg, run_dir, hydra_job_info())
-        trainer = PPO(OmegaConf.to_object(cfg.train), vecenv, policy, device=device, seed=cfg.seed, logger=logger,
-                      run_dir=run_dir, full_config=OmegaConf.to_container(cfg, resolve=True),
-                      progress=ProgressReporter(cfg, interval=cfg.train.log_interval))
+        progress = ProgressReporter(cfg, interval=cfg.train.log_interval)
+        trainer = PPO(train_cfg, vecenv, policy, device=device, seed=cfg.seed, logger=logger,
+                      run_dir=None if profiling else run_dir, progress=progress,
+                      full_config=OmegaConf.to_container(cfg, resolve=True),
+                      profiler=Profiler(device, sync=sync))
         if resume is not None:
             trainer.load_state_dict(torch.load(resume, map_location=device, weights_only=False))
             log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,
                      trainer.global_step)
-        try:
-            metrics = trainer.train()
-        except KeyboardInterrupt:
-            path = trainer.save_checkpoint()
-            log.warning("interrupted at epoch %d; checkpoint saved to %s", trainer.epoch, path)
-            raise
+        metrics = train_until_done(trainer, cfg.profile.torch_trace and profiling, run_dir)
+        progress.close()
+        logger.log_table("perf/breakdown", ["section", "seconds", "percent"], profiler.rows(metrics))
+        if profiling:
+            report_profile(metrics, run_dir)
+            return metrics
         vecenv.close()
         metrics.update(final_evaluation(cfg, policy, env_creator, device))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if evaluation:
             logger.log(evaluation, trainer.global_step)
         checkpoint.save_atomic({"policy": policy.state_dict(), "config": trainer.full_config},
-                    run_dir / "model.pt")
+                               run_dir / "model.pt")
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
                  metrics.get("eval/return_mean", float("nan")),
-                 metrics.get("eval/return_ci95", float("nan")),
-                 cfg.train.eval_episodes)
+                 metrics.get("eval/return_ci95", float("nan")), cfg.train.eval_episodes)
         return metrics
     finally:
+        if progress is not None:
+            progress.close()
         vecenv.close()
         if logger is not None:
             logger.close()
+
+
+def prepare_run_dir(cfg: DictConfig, run_dir: Path) -> Path:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write to the run directory {run_dir}: {exc.strerror}; "
+                      "pass a writable hydra.run.dir") from exc
+    return run_dir
+
+
+def train_until_done(trainer: PPO, torch_trace: bool, run_dir: Path) -> dict[str, float]:
+    """trainer.train(); Ctrl-C/SIGTERM saves a checkpoint first; optionally under torch's profiler."""
+    try:
+        if not torch_trace:
+            return trainer.train()
+        with torch.profiler.profile() as traced:
+            metrics = trainer.train()
+        traced.export_chrome_trace(str(run_dir / "trace.json"))
+        log.info("torch profiler trace written to %s", run_dir / "trace.json")
+        return metrics
+    except KeyboardInterrupt:
+        if trainer.run_dir is not None:
+            path = trainer.save_checkpoint()
+            log.warning("interrupted at epoch %d; checkpoint saved to %s", trainer.epoch, path)
+        raise
+
+
+def report_profile(metrics: dict[str, float], run_dir: Path) -> None:
+    """Print the breakdown table and the verdict, and keep them in profile.txt."""
+    from rich.console import Console
+
+    text = (f"{profiler.table(metrics)}\n{metrics.get('perf/sps', 0.0):,.0f} steps/second\n"
+            f"verdict: {profiler.verdict(metrics)}")
+    (run_dir / "profile.txt").write_text(text + "\n")
+    Console(soft_wrap=True).print(text, markup=False, highlight=False)
 
 
 def final_evaluation(cfg: DictConfig, policy, env_creator, device: str) -> dict[str, float]:

@@ -41,3 +41,19 @@ def read_records(path: str | Path) -> list[pb.Record]:
             record.ParseFromString(pending)
             records.append(record)
     return records
+
+
+def finished_run_records(run_dir: str | Path, timeout: float = 20.0) -> list[pb.Record]:
+    """The records of the one offline run under `run_dir`/wandb, once its `exit` record is on disk
+    (wandb's service writes the file in the background and may lag `finish()` a little)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        files = list(Path(run_dir).glob("wandb/offline-run-*/run-*.wandb"))
+        if len(files) == 1:
+            records = read_records(files[0])
+            if any(r.HasField("exit") for r in records):
+                return records
+        assert time.monotonic() < deadline, f"no finished W&B run file under {run_dir}: {files}"
+        time.sleep(0.1)

@@ -17,6 +17,9 @@ class Logger:
     def log_checkpoint(self, path: Path) -> None:
         pass
 
+    def log_table(self, name: str, columns: list[str], rows: list) -> None:
+        """A small table (e.g. the profiler breakdown), logged once."""
+
     def close(self) -> None:
         pass
 
@@ -57,6 +60,10 @@ class MultiLogger(Logger):
     def log_checkpoint(self, path: Path) -> None:
         for logger in self.loggers:
             logger.log_checkpoint(path)
+
+    def log_table(self, name: str, columns: list[str], rows: list) -> None:
+        for logger in self.loggers:
+            logger.log_table(name, columns, rows)
 
     def close(self) -> None:
         for logger in self.loggers:

@@ -43,6 +43,9 @@ class WandbLogger(Logger):
             project=cfg.project, entity=cfg.entity, group=cfg.group or group,
             job_type=cfg.job_type, tags=list(cfg.tags) + list(tags or []), name=cfg.name or name,
             config=config, dir=str(run_dir), mode=pick_mode(cfg.mode),
+            # Hydra's basic launcher runs multirun jobs in one process: never merge into the
+            # previous job's run.
+            reinit="finish_previous",
         )
         self.log_checkpoints = cfg.log_checkpoints
         self.run.define_metric("global_step")
@@ -72,5 +75,16 @@ class WandbLogger(Logger):
         artifact.add_file(str(path))
         self.run.log_artifact(artifact)
 
+    def log_table(self, name: str, columns: list[str], rows: list) -> None:
+        self._guard("table", self._log_table, name, columns, rows)
+
+    def _log_table(self, name: str, columns: list[str], rows: list) -> None:
+        import wandb
+
+        data = wandb.Table(columns=columns, data=[list(row) for row in rows])
+        self.run.log({name: data, f"{name}_chart": wandb.plot.bar(data, columns[0], columns[1],
+                                                                   title=name)})
+
     def close(self) -> None:
+        self.failed = False  # finish even after a failure, so the next run starts clean
         self._guard("finish", self.run.finish)

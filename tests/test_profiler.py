@@ -1,0 +1,108 @@
+"""Profiler, verdict, dashboard, and W&B failures that never stop training."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import gymnasium as gym
+import pytest
+from rich.console import Console
+from wandb_records import finished_run_records
+
+import puffer.vector
+from puffer import profiler
+from puffer.config import TrainConfig
+from puffer.emulation import GymnasiumPufferEnv
+from puffer.loggers import read_metrics
+from puffer.models import Default
+from puffer.ppo import PPO
+from puffer.progress import line, render, snapshot
+from puffer.run import run
+
+
+def cartpole():
+    return GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
+
+
+def test_sections_add_up_to_the_measured_wall_time():
+    vec = puffer.vector.make(cartpole, num_envs=4)
+    trainer = PPO(TrainConfig(total_timesteps=8192, num_steps=128), vec,
+                  Default(vec.single_observation_space, vec.single_action_space))
+    started = time.perf_counter()
+    metrics = trainer.train()
+    wall = time.perf_counter() - started
+    vec.close()
+    sections = sum(metrics[f"perf/{name}_s"] for name in ("env", "forward", "copy", "learn", "misc"))
+    assert sections == pytest.approx(metrics["perf/wall_s"], rel=1e-6)
+    assert metrics["perf/wall_s"] == pytest.approx(wall, rel=0.05)
+    assert metrics["perf/misc_pct"] < 5  # the named sections cover the real work
+    assert metrics["perf/env_s"] > 0 and metrics["perf/learn_s"] > 0 and metrics["perf/forward_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("shares", "expected"),
+    [
+        ({"env": 71, "forward": 10, "copy": 4, "learn": 12, "misc": 3}, "env-bound: 71% of time in env; try vec=multiprocessing"),
+        ({"env": 10, "forward": 20, "copy": 5, "learn": 60, "misc": 5}, "model-bound: 80% of time in the policy"),
+        ({"env": 10, "forward": 5, "copy": 70, "learn": 10, "misc": 5}, "copy-bound: 70%"),
+    ],
+)
+def test_verdict_names_the_bottleneck_and_what_to_try(shares, expected):
+    metrics = {f"perf/{k}_pct": v for k, v in shares.items()}
+    assert profiler.verdict(metrics).startswith(expected)
+
+
+def test_profile_mode_prints_a_breakdown_and_a_verdict_and_writes_a_trace(make_cfg, tmp_path, capsys):
+    cfg = make_cfg("mode=profile", "profile.timesteps=512", "profile.torch_trace=true")
+    metrics = run(cfg, tmp_path)
+    out = capsys.readouterr().out
+    assert "verdict: " in out and "learn" in out and "steps/second" in out
+    assert (tmp_path / "profile.txt").read_text().count("%") >= 5
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert metrics["global_step"] if "global_step" in metrics else metrics["train/epoch"] == 2
+    assert not (tmp_path / "model.pt").exists()  # a profile run is not a training run
+
+
+def test_dashboard_shows_progress_sections_and_losses():
+    class Trainer:
+        global_step, num_epochs, batch_size, epoch = 2048, 10, 512, 4
+        last_metrics = {"perf/sps": 1000.0, "perf/env_pct": 40.0, "perf/learn_pct": 50.0,
+                        "train/policy_loss": -0.01, "env/episode_return": 42.0}
+
+    s = snapshot(Trainer())
+    console = Console(record=True, width=100)
+    console.print(render("CartPole-v1", s))
+    text = console.export_text()
+    assert "2,048 / 5,120" in text and "ETA 3s" in text and "1,000" in text
+    assert "learn" in text and "50.0%" in text and "policy_loss" in text and "42.00" in text
+    assert "return 42.0" in line("CartPole-v1", s)
+
+
+def test_a_wandb_failure_never_stops_training(make_cfg, tmp_path, monkeypatch, caplog):
+    import wandb
+
+    def broken_log(self, *args, **kwargs):
+        raise ConnectionError("W&B is down")
+
+    monkeypatch.setattr(wandb.Run, "log", broken_log)
+    with caplog.at_level(logging.WARNING):
+        metrics = run(make_cfg("logger=wandb", "train.total_timesteps=1024", "train.eval_episodes=1"), tmp_path)
+    assert metrics["eval/episodes"] == 1
+    warnings = [r for r in caplog.records if "W&B log failed" in r.getMessage()]
+    assert len(warnings) == 1
+    assert read_metrics(tmp_path / "metrics.jsonl")[-1]["eval/episodes"] == 1
+
+
+def test_the_breakdown_table_reaches_wandb(make_cfg, tmp_path):
+    run(make_cfg("logger=wandb", "train.total_timesteps=512", "train.eval_episodes=0"), tmp_path)
+    records = finished_run_records(tmp_path)
+    keys = {item.key or "/".join(item.nested_key) for r in records if r.HasField("history")
+            for item in r.history.item}
+    assert {"perf/breakdown/_type", "perf/breakdown_chart_table/_type"} <= keys
+    (table,) = tmp_path.glob("wandb/offline-run-*/files/media/table/perf/breakdown_*.table.json")
+    content = json.loads(table.read_text())
+    assert content["columns"] == ["section", "seconds", "percent"]
+    assert [row[0] for row in content["data"]] == ["env", "forward", "copy", "learn", "misc"]
+    assert sum(row[2] for row in content["data"]) == pytest.approx(100, abs=0.01)

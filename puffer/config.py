@@ -86,6 +86,26 @@ class PettingZooEnvConfig:
 
 
 @dataclass
+class AtariEnvConfig:
+    """An ALE game with the baselines' preprocessing (puffer.envs.atari); needs the atari extra."""
+
+    _target_: str = "puffer.envs.atari.make"
+    game: str = MISSING
+    sticky_actions: float = 0.25
+    frame_skip: int = 4
+    noop_max: int = 30
+    screen_size: int = 84
+    frame_stack: int = 4
+    episodic_life: bool = True
+    clip_rewards: bool = True
+    max_episode_steps: int = 108_000
+    validate_steps: int = 1000
+    # Evaluation plays full games with true rewards.
+    eval_kwargs: dict[str, Any] = field(
+        default_factory=lambda: {"episodic_life": False, "clip_rewards": False})
+
+
+@dataclass
 class OceanCartPoleConfig:
     """puffer.envs.ocean.CartPole: `num_envs` carts stepped at once in one env object."""
 
@@ -95,11 +115,30 @@ class OceanCartPoleConfig:
 
 
 @dataclass
+class OceanSquaresConfig:
+    """puffer.envs.ocean.Squares: a small pixel env for checking that a CNN learns."""
+
+    _target_: str = "puffer.envs.ocean.Squares"
+    num_envs: int = 64
+    episode_length: int = 8
+
+
+@dataclass
 class DefaultPolicyConfig:
     _target_: str = "puffer.models.Default"
     hidden_size: int = 64
     num_layers: int = 2
     activation: str = "tanh"
+
+
+@dataclass
+class CNNPolicyConfig:
+    """puffer.models.NatureCNN: the Nature DQN torso (32-8-4, 64-4-2, 64-3-1, 512) shared by
+    actor and critic; observations / 255."""
+
+    _target_: str = "puffer.models.NatureCNN"
+    hidden_size: int = 512
+    channels_last: bool = True
 
 
 @dataclass
@@ -160,7 +199,9 @@ def register() -> None:
         "train": TrainConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
         "profile": ProfileConfig,
         "env_gymnasium": GymnasiumEnvConfig, "env_pettingzoo": PettingZooEnvConfig,
-        "env_ocean_cartpole": OceanCartPoleConfig,
+        "env_ocean_cartpole": OceanCartPoleConfig, "env_atari": AtariEnvConfig,
+        "env_ocean_squares": OceanSquaresConfig,
+        "policy_cnn": CNNPolicyConfig,
         "policy_default": DefaultPolicyConfig,
     }.items():
         cs.store(group="schema", name=name, node=node)

@@ -136,6 +136,9 @@ class GymnasiumPufferEnv(PufferEnv):
         self.validate_steps = validate_steps
         self.seed = seed
         self._decode = self.action_layout.fast_decoder()
+        # Envs that count their own episodes (Atari's GameStats: whole games, while the learner
+        # sees one episode per life) are trusted; their done steps without stats report nothing.
+        self._reports_episodes = _wrapper_attr(self.env, "reports_episodes", False)
         self._checked = 0
         self._needs_reset = True
         self._started = False
@@ -188,6 +191,9 @@ class GymnasiumPufferEnv(PufferEnv):
         self.terminals[0] = terminated
         self.truncations[0] = truncated
         self._needs_reset = True
+        if self._reports_episodes:
+            return self.outputs([_episode_info(info["episode_return"], info["episode_length"], info)]
+                                if "episode_return" in info else ())
         return self.outputs([_episode_info(self._return, self._length, info)])
 
     def render(self):
@@ -195,6 +201,13 @@ class GymnasiumPufferEnv(PufferEnv):
 
     def close(self) -> None:
         self.env.close()
+
+
+def _wrapper_attr(env, name: str, default):
+    try:
+        return env.get_wrapper_attr(name)
+    except AttributeError:
+        return default
 
 
 def _episode_info(episode_return: float, length: int, info: dict | None = None) -> dict:

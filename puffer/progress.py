@@ -26,7 +26,7 @@ def env_name(cfg) -> str:
     target = str(env.get("_target_", ""))
     if target.startswith("puffer.envs.ocean."):
         return "ocean/" + target.rsplit(".", 1)[-1].lower()
-    return str(env.get("id") or env.get("module") or target)
+    return str(env.get("id") or env.get("game") or env.get("module") or target)
 
 
 def snapshot(trainer) -> dict:

@@ -29,9 +29,14 @@ from puffer.progress import ProgressReporter
 log = logging.getLogger(__name__)
 
 
-def make_env_creator(cfg: DictConfig):
-    """The env group's `_target_` with its fields, as a picklable zero-argument creator."""
-    return instantiate(cfg.env, _partial_=True, _convert_="all")
+def make_env_creator(cfg: DictConfig, evaluation: bool = False):
+    """The env group's `_target_` with its fields, as a picklable zero-argument creator. For
+    evaluation, the env's `eval_kwargs` (e.g. Atari: full games, true rewards) apply on top."""
+    node = OmegaConf.to_container(cfg.env, resolve=True)
+    eval_kwargs = node.pop("eval_kwargs", None) or {}
+    if evaluation:
+        node.update(eval_kwargs)
+    return instantiate(node, _partial_=True, _convert_="all")
 
 
 def make_vecenv(cfg: DictConfig, env_creator):
@@ -113,7 +118,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
             report_profile(metrics, run_dir)
             return metrics
         vecenv.close()
-        metrics.update(final_evaluation(cfg, policy, env_creator, device))
+        metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if evaluation:
             logger.log(evaluation, trainer.global_step)

@@ -1,0 +1,87 @@
+"""Atari: configs, the baselines' preprocessing, full-game stats, the CLI smoke run, CNN learning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("ale_py")
+
+from puffer.envs.atari import game_id, make, make_env  # noqa: E402
+from puffer.loggers import read_metrics  # noqa: E402
+from puffer.run import make_env_creator, run  # noqa: E402
+
+
+@pytest.mark.parametrize("game", ["breakout", "pong", "beam_rider", "space_invaders"])
+def test_game_configs_compose_with_the_cnn_and_cleanrl_settings(make_cfg, game):
+    cfg = make_cfg(f"env=atari/{game}")
+    assert cfg.env.game == game and cfg.policy._target_ == "puffer.models.NatureCNN"
+    t = cfg.train
+    assert (cfg.vec.num_envs, t.num_steps, t.update_epochs, t.num_minibatches) == (8, 128, 4, 4)
+    assert (t.learning_rate, t.clip_coef, t.ent_coef, t.gamma, t.gae_lambda) == (2.5e-4, 0.1, 0.01, 0.99, 0.95)
+
+
+def test_any_game_by_name_and_ids(make_cfg):
+    assert make_cfg("env=atari/game", "env.game=ms_pacman").env.game == "ms_pacman"
+    assert game_id("space_invaders") == "ALE/SpaceInvaders-v5"
+    assert game_id("ALE/Pong-v5") == "ALE/Pong-v5"
+
+
+def test_preprocessed_observations_are_stacked_84x84_grayscale():
+    env = make("breakout")
+    obs, _ = env.reset(0)
+    assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
+    assert env.single_action_space.n == 4
+
+
+def play_one_game(env, rng):
+    env.reset(0)
+    terminals, infos, clipped = 0, [], 0.0
+    for _ in range(20_000):
+        _, rewards, term, trunc, info = env.step(rng.integers(0, 4, 1))
+        terminals += int(term[0])
+        clipped += float(rewards[0])
+        infos += info
+        if infos:
+            return terminals, infos, clipped
+    raise AssertionError("no game ended")
+
+
+def test_training_stack_ends_an_episode_per_life_but_logs_whole_unclipped_games():
+    terminals, infos, clipped = play_one_game(make("breakout"), np.random.default_rng(0))
+    assert terminals == 5  # Breakout's five lives, each an episode for the learner
+    (info,) = infos
+    assert info["episode_return"] >= clipped  # unclipped: bricks higher up are worth 4 and 7
+    assert info["episode_length"] > 5
+
+
+def test_evaluation_stack_plays_full_games_with_true_rewards(make_cfg):
+    creator = make_env_creator(make_cfg("env=atari/breakout"), evaluation=True)
+    assert creator.keywords["episodic_life"] is False and creator.keywords["clip_rewards"] is False
+    terminals, infos, total = play_one_game(creator(), np.random.default_rng(1))
+    assert terminals == 1 and infos[0]["episode_return"] == total
+
+
+def test_wrapped_env_is_the_documented_stack():
+    env = make_env("breakout")
+    names = []
+    while hasattr(env, "env"):
+        names.append(type(env).__name__)
+        env = env.env
+    assert names[:5] == ["FrameStackObservation", "TransformReward", "FireReset", "EpisodicLife", "GameStats"]
+    assert "AtariPreprocessing" in names
+
+
+def test_headline_command_runs_logs_and_checkpoints(cli, tmp_path):
+    cli("env=atari/breakout", "vec=multiprocessing", "train.total_timesteps=4096", "train.eval_episodes=2")
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert records[-2]["global_step"] == 4096 and records[-1]["eval/episodes"] == 2
+    assert list((tmp_path / "run" / "checkpoints").glob("epoch_*.pt"))
+
+
+@pytest.mark.slow
+def test_the_cnn_path_learns_from_pixels(make_cfg, tmp_path):
+    torch.manual_seed(0)
+    metrics = run(make_cfg("env=ocean/squares"), tmp_path)
+    assert metrics["eval/return_mean"] >= 7.5  # random play: 2

@@ -55,11 +55,6 @@ class PPO:
     def __init__(self, config: TrainConfig, vecenv, policy: nn.Module, device: str = "cpu",
                  seed: int = 0, logger: Logger | None = None, run_dir: str | Path | None = None,
                  full_config: dict | None = None, progress=None, profiler: Profiler | None = None):
-        if vecenv.batch_size != vecenv.num_envs:
-            raise ValueError(
-                f"vec.batch_size={vecenv.batch_size}: the PPO trainer steps all "
-                f"vec.num_envs={vecenv.num_envs} envs each step; async batches are not supported yet"
-            )
         self.config = config
         self.vecenv = vecenv
         self.device = torch.device(device)
@@ -97,53 +92,101 @@ class PPO:
 
         self.global_step = 0
         self.epoch = 0
-        self._prev_done = np.zeros(N, dtype=bool)
-        self._next_obs = None
-        self._next_mask = None
+        self._prev_done = np.zeros(N, dtype=bool)  # did each row's last step end an episode?
+        self._awaiting = np.zeros(N, dtype=bool)  # an action was sent, its result not yet stored
+        self._ptr = np.zeros(N, dtype=np.int64)  # actions stored this rollout, per row
+        # Groups of rows received but not yet sent an action (all of them between rollouts):
+        # (rows, observations, masks). None until the first reset.
+        self._held: list[tuple[slice | np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._episode_stats: dict[str, list[float]] = defaultdict(list)
         self.last_metrics: dict[str, float] = {}
 
     # -- rollout -----------------------------------------------------------------------------
-    def reset(self) -> None:
-        self.vecenv.async_reset(self.seed)
-        self._next_obs, _, _, _, _, _, self._next_mask = self.vecenv.recv()
-        self._prev_done[:] = False
-
     @torch.inference_mode()
     def collect(self) -> None:
-        """Fill the rollout storage with num_steps steps of every row, then bootstrap values."""
-        prof = self.profiler
-        if self._next_obs is None:
-            self.reset()
-        for t in range(self.config.num_steps):
-            with prof.copy:
-                self.obs[t].copy_(torch.from_numpy(self._next_obs), non_blocking=True)
-                self.valid[t] = torch.from_numpy(self._next_mask & ~self._prev_done)
-            with prof.forward:
-                params, value = self.forward(self.obs[t])
-                action, logprob = self.dist.sample(params)
-                self.values[t] = value
-                self.actions[t] = action
-                self.logprobs[t] = logprob
-                env_actions = self.dist.to_env(action)
+        """Fill the rollout storage with num_steps steps of every row, then bootstrap values.
+
+        Rows arrive in groups from `vecenv.recv()`: all of them at once (Serial, or a
+        synchronous Multiprocessing), or the first ready workers' (`vec.batch_size` <
+        `vec.num_envs`), so that some envs step while the policy acts for others. Each row keeps
+        its own step counter; a row that has stored num_steps actions has its next observation
+        valued for the bootstrap and is held, unsent, until the next rollout."""
+        T, prof = self.config.num_steps, self.profiler
+        if self._held is None:
+            self.vecenv.async_reset(self.seed)
+            self._held = []
+        self._ptr[:] = 0
+        remaining = self.vecenv.num_agents
+        held, self._held = self._held, []
+        for rows, obs, masks in held:
+            self._act(rows, obs, masks)
+        while remaining:
             with prof.env:
-                self.vecenv.send(env_actions)
-                obs, rewards, terminals, truncations, infos, _, masks = self.vecenv.recv()
+                obs, rewards, terminals, truncations, infos, env_ids, masks = self.vecenv.recv()
+            rows = self._rows(env_ids)
             with prof.copy:
-                self.rewards[t] = torch.from_numpy(rewards)
-                self.terminals[t] = torch.from_numpy(terminals)
-                done = terminals | truncations
-                self.dones[t] = torch.from_numpy(done)
-                self._prev_done = done.copy()
-                self._next_obs, self._next_mask = obs, masks
-            for info in infos:
-                for key, value in info.items():
-                    if key != "env_id":
-                        self._episode_stats[key].append(value)
-            self.global_step += self.vecenv.num_agents
+                if self._awaiting[rows].any():
+                    self._store_result(rows, rewards, terminals, truncations)
+            self._record(infos)
+            if self._ptr[rows].min() < T:
+                self._act(rows, obs, masks)
+                continue
+            with prof.forward:
+                index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
+                self.next_value[index] = self.forward(torch.from_numpy(obs).to(self.device))[1]
+            self._held.append((rows, obs.copy(), masks.copy()))
+            remaining -= len(self._ptr[rows])
+
+    def _rows(self, env_ids: np.ndarray) -> slice | np.ndarray:
+        """Agent rows of these envs: a slice when contiguous (views, no gather)."""
+        n = self.vecenv.agents_per_env
+        first, last = int(env_ids[0]), int(env_ids[-1])
+        if last - first + 1 == len(env_ids) and (np.diff(env_ids) == 1).all():
+            return slice(first * n, (last + 1) * n)
+        return (env_ids[:, None] * n + np.arange(n)).reshape(-1)
+
+    def _act(self, rows, obs: np.ndarray, masks: np.ndarray) -> None:
+        """Store the observations of `rows` at their next step, sample actions, send them."""
+        prof = self.profiler
+        t = int(self._ptr[rows].min())
+        index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
+        with prof.copy:
+            self.obs[t, index] = torch.from_numpy(obs).to(self.device, non_blocking=True)
+            self.valid[t, index] = torch.from_numpy(masks & ~self._prev_done[rows]).to(self.device)
         with prof.forward:
-            obs = torch.from_numpy(self._next_obs).to(self.device)
-            self.next_value = self.forward(obs)[1]
+            params, value = self.forward(self.obs[t, index])
+            action, logprob = self.dist.sample(params)
+            self.values[t, index] = value
+            self.actions[t, index] = action
+            self.logprobs[t, index] = logprob
+            env_actions = self.dist.to_env(action)
+        with prof.env:
+            self.vecenv.send(env_actions, self._env_ids(rows))
+        self._ptr[rows] += 1
+        self._awaiting[rows] = True
+        self.global_step += len(self._ptr[rows])
+
+    def _env_ids(self, rows) -> np.ndarray:
+        n = self.vecenv.agents_per_env
+        if isinstance(rows, slice):
+            return np.arange(rows.start // n, rows.stop // n)
+        return np.unique(rows // n)
+
+    def _store_result(self, rows, rewards, terminals, truncations) -> None:
+        t = int(self._ptr[rows].min()) - 1
+        index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
+        done = terminals | truncations
+        self.rewards[t, index] = torch.from_numpy(rewards).to(self.device)
+        self.terminals[t, index] = torch.from_numpy(terminals).to(self.device, torch.float32)
+        self.dones[t, index] = torch.from_numpy(done).to(self.device, torch.float32)
+        self._prev_done[rows] = done
+        self._awaiting[rows] = False
+
+    def _record(self, infos) -> None:
+        for info in infos:
+            for key, value in info.items():
+                if key != "env_id" and key != "row":
+                    self._episode_stats[key].append(value)
 
     def compute_advantages(self) -> None:
         """GAE that stops at episode ends; terminals don't bootstrap, truncations do (the value
@@ -274,7 +317,7 @@ class PPO:
             "config": self.full_config,
             "seed": self.seed,
             "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()},
-            "rollout": None if self._next_obs is None else {
+            "rollout": None if not self._held else {
                 "prev_done": self._prev_done.copy(),
                 "env_state": self.vecenv.get_state(),
             },
@@ -295,7 +338,8 @@ class PPO:
             return
         self.vecenv.set_state(rollout["env_state"])
         self._prev_done = rollout["prev_done"].copy()
-        self._next_obs, self._next_mask = self.vecenv.current()
+        obs, masks = self.vecenv.current()
+        self._held = [(slice(0, self.vecenv.num_agents), obs.copy(), masks.copy())]
 
     def save_checkpoint(self) -> Path:
         if self.run_dir is None:

@@ -108,8 +108,18 @@ def test_non_finite_loss_stops_training_naming_the_epoch():
         trainer.train()
 
 
-def test_async_vec_batches_are_rejected_by_the_trainer_with_the_key():
-    vec = puffer.vector.make(cartpole, num_envs=4, num_workers=2, batch_size=2,
+def test_async_batches_fill_every_row_and_overlap_envs_with_the_policy():
+    vec = puffer.vector.make(cartpole, num_envs=8, num_workers=2, batch_size=4,
                              backend="multiprocessing")
-    with vec, pytest.raises(ValueError, match="vec.batch_size=2"):
-        PPO(TrainConfig(), vec, Default(vec.single_observation_space, vec.single_action_space))
+    with vec:
+        trainer = PPO(TrainConfig(num_steps=64, total_timesteps=64 * 8 * 30, learning_rate=1e-3),
+                      vec, Default(vec.single_observation_space, vec.single_action_space))
+        trainer.collect()
+        assert (trainer._ptr == 64).all() and not trainer._awaiting.any()
+        assert trainer.global_step == 64 * 8
+        assert len(trainer._held) == 2  # both halves wait, unsent, for the next rollout
+        after_done = torch.zeros_like(trainer.valid)
+        after_done[1:] = trainer.dones[:-1].bool()
+        assert torch.equal(trainer.valid, ~after_done)
+        metrics = trainer.train()
+    assert metrics["env/episode_return"] > 60  # it learns (random play: about 22)

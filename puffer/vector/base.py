@@ -148,7 +148,7 @@ class VecEnv:
     def async_reset(self, seed: int | None = None) -> None:
         raise NotImplementedError
 
-    def send(self, actions) -> None:
+    def send(self, actions, env_ids=None) -> None:
         raise NotImplementedError
 
     def recv(self):

@@ -165,7 +165,8 @@ class Multiprocessing(VecEnv):
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._commands,
                                            self._go, self._messages)
         self._in_flight = set(range(num_workers))
-        self._received: list[int] | None = None
+        self._received: list[int] | None = None  # what the last recv() returned
+        self._idle: set[int] = set()  # received and not sent since
         self._cursor = 0
         try:
             self._wait(num_workers)  # every worker built its envs, or we raise its error now
@@ -179,22 +180,39 @@ class Multiprocessing(VecEnv):
         self._wait(len(self._in_flight))  # drain anything still stepping
         self._seed[:] = (0, 0) if seed is None else (seed, 1)
         self._dispatch(range(self.num_workers), RESET)
-        self._received = None
+        self._received, self._idle = None, set()
 
-    def send(self, actions) -> None:
-        if self._received is None:
-            raise RuntimeError("send() called before recv(): it steps the envs recv() returned")
-        workers, self._received = self._received, None
-        rows = self._rows(workers)
+    def send(self, actions, env_ids=None) -> None:
+        """Step the envs the last recv() returned, or the given `env_ids` (whole workers that
+        were received and not sent since)."""
+        if env_ids is None:
+            if self._received is None:
+                raise RuntimeError("send() called before recv(): it steps the envs recv() returned")
+            workers = self._received
+        else:
+            workers = sorted({int(e) // self.envs_per_worker for e in np.asarray(env_ids).ravel()})
+            expected = len(workers) * self.envs_per_worker
+            if len(np.unique(env_ids)) != expected:
+                raise ValueError(f"send(env_ids=...): must name whole workers' envs "
+                                 f"({self.envs_per_worker} per worker), got {list(env_ids)}")
+        if not set(workers) <= self._idle:
+            raise RuntimeError(f"send(): workers {sorted(set(workers) - self._idle)} are still "
+                               "stepping; recv() them first")
+        if self._received is not None and set(self._received) <= set(workers):
+            self._received = None
+        self._idle -= set(workers)
         actions = self.check_actions(actions, len(workers) * self.envs_per_worker * self.agents_per_env)
-        self.actions[rows] = actions
+        self.actions[self._rows(workers)] = actions
         self._dispatch(workers, STEP)
 
     def recv(self):
-        if self._received is not None:
-            raise RuntimeError("recv() called twice without send()")
-        workers, infos = self._wait(self.workers_per_batch)
+        """The first `batch_size` envs to finish (whole workers), or all that are still in
+        flight when fewer remain; envs received and not sent again are simply left idle."""
+        if not self._in_flight:
+            raise RuntimeError("recv(): nothing is stepping; send() first")
+        workers, infos = self._wait(min(self.workers_per_batch, len(self._in_flight)))
         self._received = workers
+        self._idle |= set(workers)
         rows = self._rows(workers)
         b = self.buffers
         out = [b.observations[rows], b.rewards[rows], b.terminals[rows], b.truncations[rows],

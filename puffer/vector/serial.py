@@ -45,9 +45,11 @@ class Serial(VecEnv):
     def async_reset(self, seed: int | None = None) -> None:
         self._infos = self.group.reset(self.seed if seed is None else seed)
 
-    def send(self, actions) -> None:
+    def send(self, actions, env_ids=None) -> None:
         if self._infos is not None:
             raise RuntimeError("send() called twice without recv()")
+        if env_ids is not None and len(env_ids) != self.num_envs:
+            raise ValueError("Serial steps every env at once; env_ids must name them all")
         self._infos = self.group.step(self.check_actions(actions, self.num_agents))
 
     def recv(self):

@@ -23,7 +23,10 @@ def main(cfg: DictConfig) -> float:
 
     metrics = run(cfg, HydraConfig.get().runtime.output_dir)
     # The objective a sweeper (e.g. Optuna) maximises.
-    return float(metrics.get("eval/return_mean", metrics.get("env/episode_return", float("nan"))))
+    for key in ("eval/return_mean", "env/episode_return", "benchmark/sps", "perf/sps"):
+        if key in metrics:
+            return float(metrics[key])
+    return float("nan")
 
 
 if __name__ == "__main__":

@@ -159,9 +159,13 @@ class LoggerConfig:
 
 @dataclass
 class ModeConfig:
-    """train: train, evaluate, save. profile: a short training, then where the time went."""
+    """train: train, evaluate, save. profile: a short training, then where the time went.
+    eval: evaluate `checkpoint` with the evaluation protocol. benchmark: random-action env
+    throughput (puffer.bench.RLBenchmark)."""
 
     name: str = "train"
+    # mode=benchmark: seconds per env measured
+    seconds: float = 5.0
 
 
 @dataclass
@@ -190,6 +194,8 @@ class RunConfig:
     device: str = "auto"
     # A checkpoint file, a run directory (its newest checkpoint) or `latest` (newest under outputs/).
     resume: str | None = None
+    # mode=eval: the checkpoint (or run directory, or `latest`) whose policy is evaluated.
+    checkpoint: str | None = None
 
 
 def register() -> None:
@@ -210,7 +216,7 @@ def register() -> None:
 register()
 
 
-MODES = ("train", "profile")
+MODES = ("train", "profile", "eval", "benchmark")
 BACKENDS = ("serial", "multiprocessing")
 LOGGER_BACKENDS = ("none", "wandb")
 WANDB_MODES = (None, "offline", "online", "disabled")
@@ -249,6 +255,10 @@ def validate(cfg) -> None:
              f"one of {LOGGER_BACKENDS}")
     _require(cfg.logger.mode in WANDB_MODES, "logger.mode", cfg.logger.mode,
              "offline, online, disabled or null")
+    if cfg.mode.name == "eval":
+        _require(cfg.checkpoint is not None, "checkpoint", cfg.checkpoint,
+                 "a checkpoint file, a run directory or `latest` with mode=eval")
+        _require(t.eval_episodes > 0, "train.eval_episodes", t.eval_episodes, "> 0 with mode=eval")
     resolve_device(cfg.device)
 
 

@@ -22,11 +22,9 @@ LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "expl
 
 
 def env_name(cfg) -> str:
-    env = cfg.env
-    target = str(env.get("_target_", ""))
-    if target.startswith("puffer.envs.ocean."):
-        return "ocean/" + target.rsplit(".", 1)[-1].lower()
-    return str(env.get("id") or env.get("game") or env.get("module") or target)
+    from puffer.envs import describe
+
+    return describe(cfg.env)
 
 
 def snapshot(trainer) -> dict:

@@ -7,6 +7,7 @@ Hydra app is a thin layer over the same code path as a user script.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -24,7 +25,7 @@ from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
 from puffer.ppo import PPO, pick_threads, seed_everything
 from puffer.profiler import Profiler
-from puffer.progress import ProgressReporter
+from puffer.progress import ProgressReporter, env_name
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def hydra_job_info() -> dict:
     if not HydraConfig.initialized():
         return {"name": None, "tags": [], "group": None}
     hc = HydraConfig.get()
-    overrides = [o for o in hc.overrides.task if not o.startswith(("hydra.", "logger."))]
+    overrides = [o for o in hc.overrides.task if not o.startswith(("hydra.", "logger.", "logger="))]
     multirun = str(hc.mode) == "RunMode.MULTIRUN"
     group = Path(hc.sweep.dir).as_posix().replace("/", "_") if multirun else None
     return {"name": ",".join(overrides) or None, "tags": overrides, "group": group}
@@ -85,6 +86,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     validate(cfg)
     resume = checkpoint.resolve(cfg.resume) if cfg.resume else None
     run_dir = prepare_run_dir(cfg, Path(run_dir))
+    if cfg.mode.name == "eval":
+        return run_eval(cfg, run_dir)
+    if cfg.mode.name == "benchmark":
+        return run_benchmark(cfg, run_dir)
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed)
     torch.set_num_threads(pick_threads(cfg.train.torch_threads))
@@ -134,6 +139,49 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         vecenv.close()
         if logger is not None:
             logger.close()
+
+
+def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
+    """mode=eval: the evaluation protocol on a saved policy; results in eval.json and metrics."""
+    path = checkpoint.resolve(cfg.checkpoint)
+    device = resolve_device(cfg.device)
+    env_creator = make_env_creator(cfg, evaluation=True)
+    state = torch.load(path, map_location=device, weights_only=False)
+    # The policy as it was trained (its architecture is in the checkpoint's config).
+    policy_cfg = (state.get("config") or {}).get("policy") or cfg.policy
+    driver = env_creator()
+    policy = instantiate(policy_cfg, driver.single_observation_space, driver.single_action_space)
+    driver.close()
+    policy.load_state_dict(state["policy"])
+    policy.to(device).eval()
+    metrics = final_evaluation(cfg, policy, env_creator, device)
+    logger = make_logger(cfg, run_dir, hydra_job_info())
+    try:
+        logger.log(metrics, 0)
+    finally:
+        logger.close()
+    (run_dir / "eval.json").write_text(json.dumps({"checkpoint": str(path), **metrics}, indent=2))
+    log.info("%s: eval/return_mean %.2f +- %.2f (deterministic), %.2f (stochastic)", path,
+             metrics["eval/return_mean"], metrics["eval/return_ci95"],
+             metrics["eval/stochastic_return_mean"])
+    return metrics
+
+
+def run_benchmark(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
+    """mode=benchmark: random-action steps/second of the configured env and vec settings."""
+    from puffer.bench import RLBenchmark
+
+    v = cfg.vec
+    extra = {"overwork": v.overwork, "start_method": v.start_method} if v.backend == "multiprocessing" else {}
+    name = env_name(cfg)
+    result = RLBenchmark({name: make_env_creator(cfg)}, seconds=cfg.mode.seconds, num_envs=v.num_envs,
+                         backend=v.backend, seed=cfg.seed, num_workers=v.num_workers,
+                         batch_size=v.batch_size, **extra).run()[name]
+    metrics = {f"benchmark/{k}": v for k, v in result.items()}
+    (run_dir / "benchmark.json").write_text(json.dumps({"env": name, **metrics}, indent=2))
+    log.info("%s random actions: %.0f steps/s, episode return %.2f over %d episodes", name,
+             result["sps"], result["episode_return"], result["episodes"])
+    return metrics
 
 
 def prepare_run_dir(cfg: DictConfig, run_dir: Path) -> Path:

@@ -16,6 +16,15 @@ from puffer.config import ConfigError
 from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv
 
 
+def describe(env_cfg) -> str:
+    """A short name for an env config node (dict or DictConfig): the gymnasium id, the Atari
+    game, the PettingZoo module, or ocean/<name> for native envs."""
+    target = str(env_cfg.get("_target_", ""))
+    if target.startswith("puffer.envs.ocean."):
+        return "ocean/" + target.rsplit(".", 1)[-1].lower()
+    return str(env_cfg.get("id") or env_cfg.get("game") or env_cfg.get("module") or target)
+
+
 def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps: int = 1000,
                    render_mode: str | None = None) -> GymnasiumPufferEnv:
     try:

@@ -1,0 +1,100 @@
+"""Multirun grids, sweeper and launcher configs, the report, and the eval/benchmark modes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from wandb_records import finished_run_records
+
+import puffer.config  # noqa: F401
+from puffer.bench import RLBenchmark
+from puffer.report import report
+from puffer.run import run
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_real_multirun_grid_then_the_report(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "puffer", "-m", "env=classic/cartpole,ocean/cartpole", "seed=0,1",
+            "train.total_timesteps=2048", "train.eval_episodes=3", "logger=wandb",
+            f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+
+    out = report(sweep)
+    rows = {row[0]: row for row in out["rows"]}
+    assert set(rows) == {"CartPole-v1", "ocean/cartpole"}
+    for env, setting, seeds, ret, ci, sps, wall in out["rows"]:
+        assert seeds == 2 and ret > 0 and ci >= 0 and sps > 0 and wall > 0
+        assert setting == f"env={'classic/cartpole' if env == 'CartPole-v1' else 'ocean/cartpole'}"
+    assert "| CartPole-v1 | env=classic/cartpole | 2 |" in out["markdown"].read_text()
+    for image in out["images"]:
+        assert image.read_bytes()[:8] == PNG_MAGIC
+        import matplotlib.image
+
+        assert matplotlib.image.imread(image).shape[2] in (3, 4)
+
+    # W&B: every job of the sweep shares a group and carries its overrides as tags and name
+    runs = [next(r.run for r in finished_run_records(sweep / str(i)) if r.HasField("run")) for i in range(4)]
+    assert len({r.run_group for r in runs}) == 1 and runs[0].run_group
+    assert "seed=1" in runs[1].tags and "env=classic/cartpole" in runs[1].tags
+    assert runs[3].display_name == "env=ocean/cartpole,seed=1,train.total_timesteps=2048,train.eval_episodes=3"
+
+
+def compose_with_sweeps(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", return_hydra_config=True,
+                       overrides=[f"hydra.searchpath=[file://{ROOT / 'sweeps'}]", *overrides])
+
+
+def test_optuna_search_config_resolves():
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    cfg = compose_with_sweeps("+sweep=ppo_optuna")
+    sweeper = cfg.hydra.sweeper
+    assert "optuna" in sweeper._target_.lower() and sweeper.direction == "maximize"
+    assert set(sweeper.params) == {"train.learning_rate", "train.ent_coef", "train.clip_coef", "train.num_steps"}
+
+
+@pytest.mark.parametrize(("sweep", "key"), [("benchmark_grid", "env"), ("throughput_grid", "vec.num_envs")])
+def test_grid_configs_resolve(sweep, key):
+    cfg = compose_with_sweeps(f"+sweep={sweep}")
+    assert key in cfg.hydra.sweeper.params
+
+
+def test_slurm_launcher_config_resolves():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    launcher = compose_with_sweeps("hydra/launcher=slurm").hydra.launcher
+    assert "submitit" in launcher._target_.lower() and launcher.gpus_per_node == 1
+    assert compose_with_sweeps("hydra/launcher=local_parallel").hydra.launcher.n_jobs == 2
+
+
+def test_eval_mode_reproduces_the_end_of_training_evaluation(make_cfg, tmp_path):
+    trained = run(make_cfg("train.total_timesteps=4096", "train.eval_episodes=5"), tmp_path / "train")
+    evaluated = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'train' / 'model.pt'}",
+                             "train.eval_episodes=5"), tmp_path / "eval")
+    assert evaluated["eval/return_mean"] == trained["eval/return_mean"]
+    saved = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert saved["eval/episodes"] == 5 and saved["checkpoint"].endswith("model.pt")
+
+
+def test_eval_mode_needs_a_checkpoint(make_cfg, tmp_path):
+    with pytest.raises(puffer.config.ConfigError, match="checkpoint=None"):
+        run(make_cfg("mode=eval"), tmp_path)
+
+
+def test_random_action_benchmark(make_cfg, tmp_path):
+    metrics = run(make_cfg("mode=benchmark", "mode.seconds=0.5"), tmp_path)
+    assert metrics["benchmark/sps"] > 1000 and metrics["benchmark/episodes"] > 10
+    assert 10 < metrics["benchmark/episode_return"] < 40  # CartPole under random actions: ~22
+    from puffer.envs import make_gymnasium
+
+    results = RLBenchmark({"cartpole": lambda: make_gymnasium("CartPole-v1")}, seconds=0.3, num_envs=2).run()
+    assert results["cartpole"]["sps"] > 0

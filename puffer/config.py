@@ -57,12 +57,21 @@ class TrainConfig:
 
 @dataclass
 class VecConfig:
+    """backend: serial | multiprocessing | ray | auto (measure the candidates, keep the fastest)."""
+
     backend: str = "serial"
     num_envs: int = 8
     num_workers: int | None = None
+    # Envs per recv(); less than num_envs gives async batches (multiprocessing, ray).
     batch_size: int | None = None
+    # Allow more workers than this machine has cores.
     overwork: bool = False
+    # multiprocessing: fork | spawn | forkserver; null: the platform's default.
     start_method: str | None = None
+    # ray: the cluster to join (e.g. ray://head:10001 or auto); null starts a local Ray.
+    ray_address: str | None = None
+    # auto: seconds of random-action stepping per candidate.
+    autotune_seconds: float = 1.0
 
 
 @dataclass
@@ -217,7 +226,7 @@ register()
 
 
 MODES = ("train", "profile", "eval", "benchmark")
-BACKENDS = ("serial", "multiprocessing")
+BACKENDS = ("serial", "multiprocessing", "ray", "auto")
 LOGGER_BACKENDS = ("none", "wandb")
 WANDB_MODES = (None, "offline", "online", "disabled")
 

@@ -42,12 +42,18 @@ def make_env_creator(cfg: DictConfig, evaluation: bool = False):
 
 def make_vecenv(cfg: DictConfig, env_creator):
     v = cfg.vec
-    kwargs: dict[str, Any] = {}
-    if v.backend == "multiprocessing":
-        kwargs = {"overwork": v.overwork, "start_method": v.start_method}
-    return puffer.vector.make(env_creator, backend=v.backend, num_envs=v.num_envs,
-                              num_workers=v.num_workers, batch_size=v.batch_size, seed=cfg.seed,
-                              **kwargs)
+    settings: dict[str, Any] = {"backend": v.backend, "num_workers": v.num_workers,
+                                "batch_size": v.batch_size}
+    if v.backend == "auto":
+        from puffer.vector.autotune import autotune
+
+        settings = autotune(env_creator, v.num_envs, seconds=v.autotune_seconds, seed=cfg.seed)
+    extra: dict[str, Any] = {}
+    if settings["backend"] == "multiprocessing":
+        extra = {"overwork": v.overwork, "start_method": v.start_method}
+    elif settings["backend"] == "ray":
+        extra = {"address": v.ray_address}
+    return puffer.vector.make(env_creator, num_envs=v.num_envs, seed=cfg.seed, **settings, **extra)
 
 
 def make_policy(cfg: DictConfig, vecenv) -> torch.nn.Module:

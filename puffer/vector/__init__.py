@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from puffer.vector.base import EnvError, VecConfigError, VecEnv
 from puffer.vector.multiprocessing import Multiprocessing, WorkerError
+from puffer.vector.ray import Ray
 from puffer.vector.serial import Serial
 
-BACKENDS = {"serial": Serial, "multiprocessing": Multiprocessing}
+BACKENDS = {"serial": Serial, "multiprocessing": Multiprocessing, "ray": Ray}
 
-__all__ = ["make", "Serial", "Multiprocessing", "VecEnv", "EnvError", "WorkerError",
+__all__ = ["make", "Serial", "Multiprocessing", "Ray", "VecEnv", "EnvError", "WorkerError",
            "VecConfigError", "BACKENDS"]
 
 

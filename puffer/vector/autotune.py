@@ -1,0 +1,57 @@
+"""vec=auto: measure the candidate backends on this env and machine, keep the fastest.
+
+Candidates: Serial; Multiprocessing with every worker count that divides num_envs (up to the
+cores), synchronous and, with two or more workers, async batches of half the envs. Each is
+stepped with random actions for `seconds`; the table of measurements is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import puffer.vector
+
+log = logging.getLogger(__name__)
+
+
+def candidates(num_envs: int) -> list[dict]:
+    cores = os.cpu_count() or 1
+    found = [{"backend": "serial", "num_workers": None, "batch_size": None}]
+    for workers in range(1, min(num_envs, cores) + 1):
+        if num_envs % workers:
+            continue
+        found.append({"backend": "multiprocessing", "num_workers": workers, "batch_size": None})
+        if workers >= 2 and workers % 2 == 0:
+            found.append({"backend": "multiprocessing", "num_workers": workers,
+                          "batch_size": num_envs // 2})
+    return found
+
+
+def measure(env_creator, num_envs: int, settings: dict, seconds: float, seed: int) -> float:
+    with puffer.vector.make(env_creator, num_envs=num_envs, seed=seed, **settings) as vec:
+        vec.action_space.seed(seed)
+        vec.async_reset(seed)
+        steps, started = 0, None
+        while started is None or time.perf_counter() - started < seconds:
+            *_, env_ids, _ = vec.recv()
+            if started is None:  # start the clock after the first results (worker start-up)
+                started = time.perf_counter()
+            else:
+                steps += len(env_ids) * vec.agents_per_env
+            per_batch = len(env_ids) * vec.agents_per_env
+            vec.send(vec.action_space.sample()[:per_batch] if per_batch < vec.agents_per_batch
+                     else vec.action_space.sample())
+        return steps / (time.perf_counter() - started)
+
+
+def autotune(env_creator, num_envs: int, seconds: float = 1.0, seed: int = 0) -> dict:
+    """The fastest settings ({backend, num_workers, batch_size}) for puffer.vector.make."""
+    results = [(measure(env_creator, num_envs, c, seconds, seed), c) for c in candidates(num_envs)]
+    for sps, c in results:
+        log.info("vec=auto: %-15s workers=%-4s batch_size=%-4s %10.0f steps/s", c["backend"],
+                 c["num_workers"], c["batch_size"], sps)
+    sps, best = max(results, key=lambda r: r[0])
+    log.info("vec=auto picked %s (%.0f steps/s)", best, sps)
+    return dict(best)

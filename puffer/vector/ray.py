@@ -1,0 +1,168 @@
+"""Ray backend: one actor per worker, each stepping a contiguous slice of envs.
+
+For users who outgrow one machine: `ray.init(address=...)` joins an existing cluster
+(`vec.ray_address`), otherwise a local Ray is started for the run. Results come back through Ray's
+object store (copies, unlike the shared memory of Multiprocessing); `batch_size < num_envs` gives
+the same async batches, over `ray.wait`. Needs the ray extra: pip install 'puffer[ray]'.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from puffer.emulation import Buffers
+from puffer.vector.base import (
+    EnvGroup,
+    VecConfigError,
+    VecEnv,
+    as_creators,
+    build_envs,
+    check_puffer_env,
+    check_workers,
+    default_workers,
+)
+from puffer.vector.multiprocessing import WorkerError
+
+log = logging.getLogger(__name__)
+
+
+class _Worker:
+    """Runs inside a Ray actor: builds its envs once, then steps them on request."""
+
+    def __init__(self, creators, env_args, env_kwargs, first: int, agents_per_env: int):
+        envs = build_envs(creators, env_args, env_kwargs, first)
+        self.buffers = Buffers.allocate(envs[0].single_observation_space, len(envs) * agents_per_env)
+        self.group = EnvGroup(envs, first, self.buffers, agents_per_env)
+
+    def ready(self) -> bool:
+        return True
+
+    def reset(self, seed):
+        return self._result(self.group.reset(seed))
+
+    def step(self, actions):
+        return self._result(self.group.step(actions))
+
+    def _result(self, infos):
+        b = self.buffers
+        return b.observations, b.rewards, b.terminals, b.truncations, b.masks, list(infos)
+
+    def close(self) -> None:
+        self.group.close()
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise VecConfigError("vec.backend=ray needs Ray: pip install 'puffer[ray]'") from exc
+    return ray
+
+
+class Ray(VecEnv):
+    def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
+                 num_workers: int | None = None, batch_size: int | None = None,
+                 zero_copy: bool = True, seed: int = 0, address: str | None = None,
+                 overwork: bool = True, **unused):
+        ray = _import_ray()
+        creators = as_creators(env_creators, num_envs)
+        num_workers = default_workers(num_envs) if num_workers is None else num_workers
+        # A cluster has more cores than this machine: the local core count is no limit here.
+        check_workers(num_envs, num_workers, num_envs if batch_size is None else batch_size, overwork)
+        driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
+        super().__init__(driver, num_envs, batch_size, seed)
+        driver.close()
+        self._ray = ray
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        self.num_workers = num_workers
+        self.envs_per_worker = num_envs // num_workers
+        self.workers_per_batch = self.batch_size // self.envs_per_worker
+        per = self.envs_per_worker
+        remote = ray.remote(num_cpus=0)(_Worker)
+        self._actors = [remote.remote(creators[w * per : (w + 1) * per], env_args, env_kwargs,
+                                      w * per, self.agents_per_env) for w in range(num_workers)]
+        self.buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
+        self._idle: set[int] = set()
+        self._received: list[int] | None = None
+        # Every actor built its envs, or we raise its error now.
+        self._pending: dict = {actor.ready.remote(): w for w, actor in enumerate(self._actors)}
+        self._drain()
+
+    def _rows(self, w: int) -> slice:
+        per = self.envs_per_worker * self.agents_per_env
+        return slice(w * per, (w + 1) * per)
+
+    def async_reset(self, seed: int | None = None) -> None:
+        seed = self.seed if seed is None else seed
+        self._drain()
+        self._pending = {actor.reset.remote(seed): w for w, actor in enumerate(self._actors)}
+        self._idle, self._received = set(), None
+
+    def send(self, actions, env_ids=None) -> None:
+        workers = self._received if env_ids is None else sorted(
+            {int(e) // self.envs_per_worker for e in np.asarray(env_ids).ravel()})
+        if workers is None:
+            raise RuntimeError("send() called before recv(): it steps the envs recv() returned")
+        if not set(workers) <= self._idle:
+            raise RuntimeError(f"send(): workers {sorted(set(workers) - self._idle)} are still stepping")
+        actions = self.check_actions(actions, len(workers) * self.envs_per_worker * self.agents_per_env)
+        per = self.envs_per_worker * self.agents_per_env
+        for i, w in enumerate(workers):
+            self._pending[self._actors[w].step.remote(actions[i * per : (i + 1) * per])] = w
+        self._idle -= set(workers)
+        if self._received is not None and set(self._received) <= set(workers):
+            self._received = None
+
+    def recv(self):
+        if not self._pending:
+            raise RuntimeError("recv(): nothing is stepping; send() first")
+        count = min(self.workers_per_batch, len(self._pending))
+        ready, _ = self._ray.wait(list(self._pending), num_returns=count)
+        workers, infos = [], []
+        for ref in ready:
+            w = self._pending.pop(ref)
+            obs, rewards, terminals, truncations, masks, worker_infos = self._get(ref, w)
+            rows = self._rows(w)
+            b = self.buffers
+            b.observations[rows], b.rewards[rows], b.terminals[rows] = obs, rewards, terminals
+            b.truncations[rows], b.masks[rows] = truncations, masks
+            workers.append(w)
+            infos += worker_infos
+        workers.sort()
+        self._received = workers
+        self._idle |= set(workers)
+        index = np.concatenate([np.arange(self.num_agents)[self._rows(w)] for w in workers])
+        contiguous = len(index) == index[-1] - index[0] + 1
+        rows = slice(int(index[0]), int(index[-1]) + 1) if contiguous else index
+        b = self.buffers
+        env_ids = np.concatenate([np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
+                                  for w in workers])
+        return (b.observations[rows], b.rewards[rows], b.terminals[rows], b.truncations[rows],
+                infos, env_ids, b.masks[rows])
+
+    def _get(self, ref, w: int):
+        try:
+            return self._ray.get(ref)
+        except (self._ray.exceptions.RayTaskError, self._ray.exceptions.RayActorError) as exc:
+            per = self.envs_per_worker
+            self.close()
+            raise WorkerError(f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) failed:\n{exc}") from exc
+
+    def _drain(self) -> None:
+        while self._pending:
+            ref, w = self._pending.popitem()
+            self._get(ref, w)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        super().close()
+        for actor in self._actors:
+            self._ray.kill(actor)
+        if self._started_ray:
+            self._ray.shutdown()

@@ -1,0 +1,70 @@
+"""Ray backend against a local Ray (num_cpus=2), and vec=auto."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import puffer.vector
+from puffer.vector import Serial, WorkerError
+from puffer.vector.autotune import autotune, candidates
+
+ray = pytest.importorskip("ray")
+
+from test_vector import cartpole, crashing_cartpole, rollout  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    # Ray's workers import the env creators of these tests from here.
+    tests = str(Path(__file__).resolve().parent)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": tests}})
+    yield
+    ray.shutdown()
+
+
+def test_ray_steps_the_same_envs_as_serial(local_ray):
+    with Serial(cartpole, num_envs=4) as serial:
+        expected = rollout(serial, 100)
+    with puffer.vector.make(cartpole, num_envs=4, num_workers=2, backend="ray") as vec:
+        got = rollout(vec, 100)
+    for a, b in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_ray_async_batches(local_ray):
+    with puffer.vector.make(cartpole, num_envs=4, num_workers=2, batch_size=2, backend="ray") as vec:
+        vec.async_reset(0)
+        seen = set()
+        for _ in range(10):
+            obs, *_, env_ids, masks = vec.recv()
+            assert obs.shape == (2, 4) and masks.all()
+            seen |= set(env_ids.tolist())
+            vec.send(np.zeros(2, int))
+        assert seen == {0, 1, 2, 3}
+
+
+def test_ray_worker_error_carries_the_env_traceback(local_ray):
+    creators = [cartpole, functools.partial(crashing_cartpole, 2)]
+    vec = puffer.vector.make(creators, num_envs=2, num_workers=2, backend="ray")
+    vec.reset(0)
+    with pytest.raises(WorkerError, match=r"(?s)ray worker 1 \(envs 1..1\).*env 1 \(CartPole-v1\) raised in step.*boom at step 2"):
+        for _ in range(5):
+            vec.step(np.zeros(2, int))
+
+
+def test_auto_measures_every_candidate_and_keeps_the_fastest(caplog):
+    assert {"backend": "serial", "num_workers": None, "batch_size": None} in candidates(8)
+    assert {"backend": "multiprocessing", "num_workers": 2, "batch_size": 4} in candidates(8)
+    with caplog.at_level(logging.INFO, logger="puffer.vector.autotune"):
+        best = autotune(cartpole, 8, seconds=0.2)
+    measured = [r.getMessage() for r in caplog.records if "steps/s" in r.getMessage() and "picked" not in r.getMessage()]
+    assert len(measured) == len(candidates(8))
+    rates = [float(m.split()[-2]) for m in measured]
+    picked = candidates(8).index(best)
+    assert rates[picked] == max(rates)

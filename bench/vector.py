@@ -1,0 +1,139 @@
+"""Vectorization throughput: random-action steps/second, one table, CartPole-v1 and Breakout-v5.
+
+    python bench/vector.py [--seconds 3] [--num-envs 8]
+
+Rows: one raw env in a loop, gymnasium SyncVectorEnv, gymnasium AsyncVectorEnv, puffer Serial,
+puffer Multiprocessing (defaults: synchronous, workers = cores), puffer Multiprocessing async
+(batch_size = num_envs / 2), and what vec=auto picks (re-measured like the others).
+Targets (2 cores): on Breakout, Multiprocessing >= 1.8x the raw env and >= 1.8x AsyncVectorEnv;
+on CartPole, Multiprocessing at its defaults >= 0.9x Serial; vec=auto within 10% of the best row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import print_table  # noqa: E402
+
+import puffer.vector  # noqa: E402
+from puffer.emulation import GymnasiumPufferEnv  # noqa: E402
+from puffer.vector.autotune import autotune  # noqa: E402
+
+ENVS = {"CartPole-v1": "CartPole-v1", "Breakout-v5": "ALE/Breakout-v5"}
+
+
+def make_gym(env_id: str) -> gym.Env:
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+    return gym.make(env_id)
+
+
+class PufferCreator:
+    """A picklable creator (spawned workers import it from this module)."""
+
+    def __init__(self, env_id: str):
+        self.env_id = env_id
+
+    def __call__(self):
+        return GymnasiumPufferEnv(env=make_gym(self.env_id))
+
+
+def timed(step, seconds: float) -> float:
+    step()  # warm-up (and worker start-up)
+    steps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        steps += step()
+    return steps / (time.perf_counter() - started)
+
+
+def raw(env_id: str, seconds: float) -> float:
+    env = make_gym(env_id)
+    env.reset(seed=0)
+
+    def step() -> int:
+        for _ in range(20):
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                env.reset()
+        return 20
+
+    return timed(step, seconds)
+
+
+def gymnasium_vector(cls, env_id: str, n: int, seconds: float) -> float:
+    envs = cls([lambda: make_gym(env_id) for _ in range(n)])
+    envs.reset(seed=0)
+
+    def step() -> int:
+        envs.step(envs.action_space.sample())
+        return n
+
+    try:
+        return timed(step, seconds)
+    finally:
+        envs.close()
+
+
+def puffer_vector(env_id: str, n: int, seconds: float, **settings) -> float:
+    with puffer.vector.make(PufferCreator(env_id), num_envs=n, **settings) as vec:
+        vec.async_reset(0)
+        batch_actions = vec.action_space
+
+        def step() -> int:
+            *_, env_ids, _ = vec.recv()
+            vec.send(batch_actions.sample())
+            return len(env_ids)
+
+        return timed(step, seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--num-envs", type=int, default=8)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    n, s = args.num_envs, args.seconds
+    rows = {name: [] for name in (
+        "raw env loop", "gymnasium SyncVectorEnv", "gymnasium AsyncVectorEnv", "puffer Serial",
+        "puffer Multiprocessing (defaults)", f"puffer Multiprocessing async (batch {n // 2})",
+        "vec=auto pick")}
+    picks = []
+    for env_id in ENVS.values():
+        rows["raw env loop"].append(raw(env_id, s))
+        rows["gymnasium SyncVectorEnv"].append(gymnasium_vector(gym.vector.SyncVectorEnv, env_id, n, s))
+        rows["gymnasium AsyncVectorEnv"].append(gymnasium_vector(gym.vector.AsyncVectorEnv, env_id, n, s))
+        rows["puffer Serial"].append(puffer_vector(env_id, n, s, backend="serial"))
+        rows["puffer Multiprocessing (defaults)"].append(puffer_vector(env_id, n, s, backend="multiprocessing"))
+        rows[f"puffer Multiprocessing async (batch {n // 2})"].append(
+            puffer_vector(env_id, n, s, backend="multiprocessing", batch_size=n // 2))
+        pick = autotune(PufferCreator(env_id), n, seconds=min(s, 1.0))
+        picks.append(pick)
+        rows["vec=auto pick"].append(puffer_vector(env_id, n, s, **pick))
+    table = [[name, *values] for name, values in rows.items()]
+    print_table(["steps/second", *ENVS], table)
+    cart, breakout = 0, 1
+    mp = rows["puffer Multiprocessing (defaults)"]
+    best = [max(v[i] for k, v in rows.items() if k != "vec=auto pick") for i in range(2)]
+    print()
+    print(f"Breakout: Multiprocessing / raw = {mp[breakout] / rows['raw env loop'][breakout]:.2f}x (target >= 1.8), "
+          f"/ AsyncVectorEnv = {mp[breakout] / rows['gymnasium AsyncVectorEnv'][breakout]:.2f}x (target >= 1.8)")
+    print(f"CartPole: Multiprocessing defaults / Serial = {mp[cart] / rows['puffer Serial'][cart]:.2f}x (target >= 0.9)")
+    for i, env in enumerate(ENVS):
+        print(f"{env}: vec=auto picked {picks[i]} = {rows['vec=auto pick'][i] / best[i]:.0%} of the best row "
+              f"(target >= 90%)")
+    np.set_printoptions()
+
+
+if __name__ == "__main__":
+    main()

@@ -138,6 +138,8 @@ class DefaultPolicyConfig:
     hidden_size: int = 64
     num_layers: int = 2
     activation: str = "tanh"
+    # lstm: wrap the policy in puffer.models.LSTMWrapper; null: feed-forward.
+    rnn: str | None = None
 
 
 @dataclass
@@ -148,6 +150,7 @@ class CNNPolicyConfig:
     _target_: str = "puffer.models.NatureCNN"
     hidden_size: int = 512
     channels_last: bool = True
+    rnn: str | None = None
 
 
 @dataclass

@@ -37,10 +37,21 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
         done_count = np.zeros_like(quotas)
         dist = ActionDist(vec.single_action_space)
         obs, _ = vec.reset()
+        recurrent = getattr(policy, "is_recurrent", False)
+        if recurrent:
+            state = policy.initial_state(vec.num_agents, device)
+            recent_done = np.zeros((2, vec.num_agents), dtype=bool)
         for _ in range(max_steps):
-            params, _ = policy(torch.from_numpy(obs).to(device))
+            obs_t = torch.from_numpy(obs).to(device)
+            if recurrent:  # zero the state where an episode ends and begins (as in training)
+                keep = torch.from_numpy(~recent_done.any(0)).to(device).float()[:, None]
+                params, _, state = policy.step(obs_t, (state[0] * keep, state[1] * keep))
+            else:
+                params, _ = policy(obs_t)
             action = dist.mode(params) if deterministic else dist.sample(params)[0]
-            obs, _, _, _, infos = vec.step(dist.to_env(action))
+            obs, _, terminals, truncations, infos = vec.step(dist.to_env(action))
+            if recurrent:
+                recent_done = np.stack([recent_done[1], terminals | truncations])
             for info in infos:
                 slot = info["env_id"] * rows + info.get("row", 0)
                 if "episode_return" in info and done_count[slot] < quotas[slot]:

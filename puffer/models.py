@@ -199,6 +199,16 @@ class Default(nn.Module):
         self.action_head = ActionHead(action_space, hidden_size)
         self.value_head = layer_init(nn.Linear(hidden_size, 1), std=1.0)
 
+        self.hidden_out = 2 * hidden_size  # encode(): actor and critic features side by side
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        features = self.encoder(obs)
+        return torch.cat([self.actor(features), self.critic(features)], dim=-1)
+
+    def decode(self, hidden: torch.Tensor):
+        actor, critic = hidden.chunk(2, dim=-1)
+        return self.action_head(actor), self.value_head(critic).squeeze(-1)
+
     def forward(self, obs: torch.Tensor):
         features = self.encoder(obs)
         return self.action_head(self.actor(features)), self.value_head(self.critic(features)).squeeze(-1)
@@ -226,6 +236,7 @@ class NatureCNN(nn.Module):
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, *shape)).shape[1]
         self.trunk = nn.Sequential(layer_init(nn.Linear(flat, hidden_size)), nn.ReLU())
+        self.hidden_out = hidden_size
         self.action_head = ActionHead(action_space, hidden_size)
         self.value_head = layer_init(nn.Linear(hidden_size, 1), std=1.0)
         if channels_last:
@@ -237,6 +248,55 @@ class NatureCNN(nn.Module):
             x = x.contiguous(memory_format=torch.channels_last)
         return self.trunk(self.convs(x))
 
-    def forward(self, obs: torch.Tensor):
-        hidden = self.encode(obs)
+    def decode(self, hidden: torch.Tensor):
         return self.action_head(hidden), self.value_head(hidden).squeeze(-1)
+
+    def forward(self, obs: torch.Tensor):
+        return self.decode(self.encode(obs))
+
+
+class LSTMWrapper(nn.Module):
+    """Any policy with `encode`/`decode` and an LSTM between them (`policy.rnn=lstm`).
+
+    The trainer keeps one (h, c) per row, zeroes it where an episode starts, and trains by
+    backpropagating through each row's whole rollout from the state it started with."""
+
+    is_recurrent = True
+
+    def __init__(self, policy: nn.Module):
+        super().__init__()
+        self.policy = policy
+        self.hidden_size = policy.hidden_out
+        self.cell = nn.LSTMCell(self.hidden_size, self.hidden_size)
+        for name, param in self.cell.named_parameters():
+            if "weight" in name:
+                nn.init.orthogonal_(param, 1.0)
+            else:
+                nn.init.constant_(param, 0.0)
+
+    def initial_state(self, batch: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        zeros = torch.zeros(batch, self.hidden_size, device=device)
+        return zeros, zeros.clone()
+
+    def step(self, obs: torch.Tensor, state):
+        h, c = self.cell(self.policy.encode(obs), state)
+        params, value = self.policy.decode(h)
+        return params, value, (h, c)
+
+    def forward_sequence(self, obs: torch.Tensor, state, starts: torch.Tensor):
+        """obs (T, B, ...) from `state` at t=0, zeroing it where `starts` (T, B); returns the
+        (T*B)-flattened dist params and values."""
+        steps, batch = obs.shape[:2]
+        features = self.policy.encode(obs.reshape(steps * batch, *obs.shape[2:]))
+        features = features.reshape(steps, batch, -1)
+        h, c = state
+        outputs = []
+        for t in range(steps):
+            keep = (~starts[t]).float()[:, None]
+            h, c = self.cell(features[t], (h * keep, c * keep))
+            outputs.append(h)
+        return self.policy.decode(torch.cat(outputs))
+
+    def forward(self, obs: torch.Tensor):
+        """Without state (e.g. evaluation of one step from zeros)."""
+        return self.step(obs, self.initial_state(obs.shape[0], obs.device))[:2]

@@ -13,6 +13,7 @@ with a done flag is the true final one: on truncation its value is the bootstrap
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -33,6 +34,14 @@ from puffer.models import ActionDist
 from puffer.profiler import Profiler
 
 log = logging.getLogger(__name__)
+
+
+def _mean(x: torch.Tensor) -> torch.Tensor:
+    return x.mean()
+
+
+def _weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    return (x * weights).sum() / weights.sum().clamp(min=1.0)
 
 
 class NonFiniteError(FloatingPointError):
@@ -68,7 +77,8 @@ class PPO:
         # fused: one kernel for the whole update instead of a few per parameter tensor
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate,
                                           eps=config.adam_eps, fused=True)
-        self.forward = torch.compile(self.policy) if config.compile else self.policy
+        recurrent = getattr(policy, "is_recurrent", False)
+        self.forward = torch.compile(self.policy) if config.compile and not recurrent else self.policy
         self.profiler = profiler or Profiler(self.device.type)
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -89,10 +99,16 @@ class PPO:
         self.valid = torch.zeros((T, N), dtype=torch.bool, **on)
         self.advantages = torch.zeros((T, N), **on)
         self.next_value = torch.zeros(N, **on)
+        self.recurrent = getattr(policy, "is_recurrent", False)
+        if self.recurrent:  # per-row LSTM state, its value at t=0, and where episodes start
+            self.state = policy.initial_state(N, self.device)
+            self.state0 = policy.initial_state(N, self.device)
+            self.starts = torch.zeros((T, N), dtype=torch.bool, **on)
 
         self.global_step = 0
         self.epoch = 0
         self._prev_done = np.zeros(N, dtype=bool)  # did each row's last step end an episode?
+        self._before_done = np.zeros(N, dtype=bool)  # ... and the step before (recurrent resets)
         self._awaiting = np.zeros(N, dtype=bool)  # an action was sent, its result not yet stored
         self._ptr = np.zeros(N, dtype=np.int64)  # actions stored this rollout, per row
         # Groups of rows received but not yet sent an action (all of them between rollouts):
@@ -133,7 +149,11 @@ class PPO:
                 continue
             with prof.forward:
                 index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
-                self.next_value[index] = self.forward(torch.from_numpy(obs).to(self.device))[1]
+                obs_t = torch.from_numpy(obs).to(self.device)
+                if self.recurrent:
+                    self.next_value[index] = self._recurrent_step(None, rows, index, obs=obs_t)[1]
+                else:
+                    self.next_value[index] = self.forward(obs_t)[1]
             self._held.append((rows, obs.copy(), masks.copy()))
             remaining -= len(self._ptr[rows])
 
@@ -154,7 +174,10 @@ class PPO:
             self.obs[t, index] = torch.from_numpy(obs).to(self.device, non_blocking=True)
             self.valid[t, index] = torch.from_numpy(masks & ~self._prev_done[rows]).to(self.device)
         with prof.forward:
-            params, value = self.forward(self.obs[t, index])
+            if self.recurrent:
+                params, value = self._recurrent_step(t, rows, index, commit=True, masks=masks)
+            else:
+                params, value = self.forward(self.obs[t, index])
             action, logprob = self.dist.sample(params)
             self.values[t, index] = value
             self.actions[t, index] = action
@@ -165,6 +188,27 @@ class PPO:
         self._ptr[rows] += 1
         self._awaiting[rows] = True
         self.global_step += len(self._ptr[rows])
+
+    def _recurrent_step(self, t, rows, index, commit: bool = False, obs=None, masks=None):
+        """One LSTM step for `rows`: state zeroed where an episode starts; with `commit`, the
+        new state is kept and step t's start flags (and the t=0 state) recorded for training.
+
+        "Starts" are the final observation of an episode (a dummy step), the reset observation
+        after it, and rows with no live agent, so a new episode begins from a zero state."""
+        starts = self._prev_done[rows] | self._before_done[rows]
+        if masks is not None:
+            starts = starts | ~masks
+        starts = torch.from_numpy(starts).to(self.device)
+        h, c = (x[index] * ~starts[:, None] for x in self.state)
+        if commit:
+            self.starts[t, index] = starts
+            if t == 0:
+                self.state0[0][index], self.state0[1][index] = h, c
+            obs = self.obs[t, index]
+        params, value, (h, c) = self.policy.step(obs, (h, c))
+        if commit:
+            self.state[0][index], self.state[1][index] = h, c
+        return params, value
 
     def _env_ids(self, rows) -> np.ndarray:
         n = self.vecenv.agents_per_env
@@ -179,6 +223,7 @@ class PPO:
         self.rewards[t, index] = torch.from_numpy(rewards).to(self.device)
         self.terminals[t, index] = torch.from_numpy(terminals).to(self.device, torch.float32)
         self.dones[t, index] = torch.from_numpy(done).to(self.device, torch.float32)
+        self._before_done[rows] = self._prev_done[rows]
         self._prev_done[rows] = done
         self._awaiting[rows] = False
 
@@ -201,60 +246,101 @@ class PPO:
 
     # -- learning ----------------------------------------------------------------------------
     def update(self) -> dict[str, float]:
+        """PPO epochs over the rollout: shuffled valid samples, or for recurrent policies
+        shuffled whole row sequences (BPTT over the rollout) with invalid steps weighted 0."""
         c = self.config
         self.compute_advantages()
-        index = self.valid.reshape(-1).nonzero().squeeze(-1)
-        if len(index) == 0:
-            return {}
-        obs = self.obs.reshape(-1, *self.obs.shape[2:])[index]
-        actions = self.actions.reshape(-1, *self.actions.shape[2:])[index]
-        logprobs = self.logprobs.reshape(-1)[index]
-        values = self.values.reshape(-1)[index]
-        advantages = self.advantages.reshape(-1)[index]
-        returns = advantages + values
-        n = len(index)
-        minibatch = max(1, math.ceil(n / c.num_minibatches))
         if c.anneal_lr:
             self.optimizer.param_groups[0]["lr"] = c.learning_rate * (1 - self.epoch / self.num_epochs)
+        returns = self.advantages + self.values
+        minibatches = self._sequence_minibatches(returns) if self.recurrent else self._sample_minibatches(returns)
+        if minibatches is None:
+            return {}
         sums: dict[str, float] = defaultdict(float)
         count = 0
         for _ in range(c.update_epochs):
-            order = torch.randperm(n, generator=self.generator).to(self.device)
-            for start in range(0, n, minibatch):
-                mb = order[start : start + minibatch]
-                stats = self._minibatch_step(obs[mb], actions[mb], logprobs[mb], values[mb],
-                                             advantages[mb], returns[mb])
+            for batch in minibatches():
+                stats = self._minibatch_step(*batch)
                 for key, value in stats.items():
                     sums[key] += value
                 count += 1
             if c.target_kl is not None and stats["approx_kl"] > c.target_kl:
                 break
         metrics = {f"train/{k}": v / count for k, v in sums.items()}
-        var = returns.var()
+        valid_returns, valid_values = returns[self.valid], self.values[self.valid]
+        var = valid_returns.var()
         metrics["train/explained_variance"] = float("nan") if var == 0 else float(
-            1 - (returns - values).var() / var)
+            1 - (valid_returns - valid_values).var() / var)
         metrics["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]
         return metrics
 
-    def _minibatch_step(self, obs, actions, old_logprobs, old_values, advantages, returns):
+    def _sample_minibatches(self, returns):
+        """Valid samples only, shuffled each epoch into train.num_minibatches minibatches."""
+        index = self.valid.reshape(-1).nonzero().squeeze(-1)
+        if len(index) == 0:
+            return None
+        obs = self.obs.reshape(-1, *self.obs.shape[2:])[index]
+        actions = self.actions.reshape(-1, *self.actions.shape[2:])[index]
+        logprobs, values = self.logprobs.reshape(-1)[index], self.values.reshape(-1)[index]
+        advantages, returns = self.advantages.reshape(-1)[index], returns.reshape(-1)[index]
+        n = len(index)
+        size = max(1, math.ceil(n / self.config.num_minibatches))
+
+        def epoch():
+            order = torch.randperm(n, generator=self.generator).to(self.device)
+            for start in range(0, n, size):
+                mb = order[start : start + size]
+                yield obs[mb], actions[mb], logprobs[mb], values[mb], advantages[mb], returns[mb]
+
+        return epoch
+
+    def _sequence_minibatches(self, returns):
+        """Whole rows (num_steps long) from their stored start state, shuffled by row."""
+        n = self.vecenv.num_agents
+        size = max(1, math.ceil(n / self.config.num_minibatches))
+
+        def epoch():
+            order = torch.randperm(n, generator=self.generator).to(self.device)
+            for start in range(0, n, size):
+                rows = order[start : start + size]
+                sequence = (self.state0[0][rows], self.state0[1][rows], self.starts[:, rows])
+                yield (self.obs[:, rows], self.actions[:, rows], self.logprobs[:, rows],
+                       self.values[:, rows], self.advantages[:, rows], returns[:, rows],
+                       self.valid[:, rows].float(), sequence)
+
+        return epoch
+
+    def _minibatch_step(self, obs, actions, old_logprobs, old_values, advantages, returns,
+                        weights=None, sequence=None):
         c = self.config
-        params, new_values = self.forward(obs)
+        if sequence is None:
+            params, new_values = self.forward(obs)
+        else:  # (T, B, ...) row sequences: flatten everything after the recurrent pass
+            h0, c0, starts = sequence
+            params, new_values = self.policy.forward_sequence(obs, (h0, c0), starts)
+            actions = actions.reshape(-1, *actions.shape[2:])
+            old_logprobs, old_values, advantages, returns, weights = (
+                x.reshape(-1) for x in (old_logprobs, old_values, advantages, returns, weights))
+        mean = _mean if weights is None else functools.partial(_weighted_mean, weights=weights)
         new_logprobs, entropy = self.dist.log_prob_entropy(params, actions)
         logratio = new_logprobs - old_logprobs
         ratio = logratio.exp()
         with torch.no_grad():
-            approx_kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > c.clip_coef).float().mean()
-        if c.norm_adv and len(advantages) > 1:
+            approx_kl = mean((ratio - 1) - logratio)
+            clipfrac = mean(((ratio - 1.0).abs() > c.clip_coef).float())
+        if c.norm_adv and len(advantages) > 1 and weights is None:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        pg_loss = torch.max(-advantages * ratio,
-                            -advantages * ratio.clamp(1 - c.clip_coef, 1 + c.clip_coef)).mean()
+        elif c.norm_adv and len(advantages) > 1:
+            centred = advantages - mean(advantages)
+            advantages = centred / (mean(centred**2).sqrt() + 1e-8)
+        pg_loss = mean(torch.max(-advantages * ratio,
+                                 -advantages * ratio.clamp(1 - c.clip_coef, 1 + c.clip_coef)))
         if c.clip_vloss:
             clipped = old_values + (new_values - old_values).clamp(-c.vf_clip_coef, c.vf_clip_coef)
-            v_loss = 0.5 * torch.max((new_values - returns) ** 2, (clipped - returns) ** 2).mean()
+            v_loss = 0.5 * mean(torch.max((new_values - returns) ** 2, (clipped - returns) ** 2))
         else:
-            v_loss = 0.5 * ((new_values - returns) ** 2).mean()
-        entropy_loss = entropy.mean()
+            v_loss = 0.5 * mean((new_values - returns) ** 2)
+        entropy_loss = mean(entropy)
         loss = pg_loss - c.ent_coef * entropy_loss + c.vf_coef * v_loss
         self._check_finite("loss", loss)
         self.optimizer.zero_grad(set_to_none=True)

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import puffer.vector
 from puffer import checkpoint, profiler
-from puffer.config import resolve_device, validate
+from puffer.config import ConfigError, resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
 from puffer.ppo import PPO, pick_threads, seed_everything
@@ -56,8 +56,23 @@ def make_vecenv(cfg: DictConfig, env_creator):
     return puffer.vector.make(env_creator, num_envs=v.num_envs, seed=cfg.seed, **settings, **extra)
 
 
+def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module:
+    """The policy group's `_target_`; `rnn: lstm` wraps it in an LSTM."""
+    node = dict(OmegaConf.to_container(policy_cfg, resolve=True) if isinstance(policy_cfg, DictConfig)
+                else policy_cfg)
+    rnn = node.pop("rnn", None)
+    policy = instantiate(node, observation_space, action_space)
+    if rnn is None:
+        return policy
+    if rnn != "lstm":
+        raise ConfigError(f"policy.rnn={rnn!r}: expected lstm or null")
+    from puffer.models import LSTMWrapper
+
+    return LSTMWrapper(policy)
+
+
 def make_policy(cfg: DictConfig, vecenv) -> torch.nn.Module:
-    return instantiate(cfg.policy, vecenv.single_observation_space, vecenv.single_action_space)
+    return build_policy(cfg.policy, vecenv.single_observation_space, vecenv.single_action_space)
 
 
 def make_logger(cfg: DictConfig, run_dir: Path, job: dict) -> Logger:
@@ -156,7 +171,7 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     # The policy as it was trained (its architecture is in the checkpoint's config).
     policy_cfg = (state.get("config") or {}).get("policy") or cfg.policy
     driver = env_creator()
-    policy = instantiate(policy_cfg, driver.single_observation_space, driver.single_action_space)
+    policy = build_policy(policy_cfg, driver.single_observation_space, driver.single_action_space)
     driver.close()
     policy.load_state_dict(state["policy"])
     policy.to(device).eval()

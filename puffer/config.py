@@ -133,6 +133,16 @@ class OceanSquaresConfig:
 
 
 @dataclass
+class OceanHerdConfig:
+    """puffer.envs.ocean.Herd: a native multi-agent env (one row per agent, masks)."""
+
+    _target_: str = "puffer.envs.ocean.Herd"
+    num_agents: int = 4
+    size: int = 16
+    max_steps: int = 32
+
+
+@dataclass
 class DefaultPolicyConfig:
     _target_: str = "puffer.models.Default"
     hidden_size: int = 64
@@ -218,7 +228,7 @@ def register() -> None:
         "profile": ProfileConfig,
         "env_gymnasium": GymnasiumEnvConfig, "env_pettingzoo": PettingZooEnvConfig,
         "env_ocean_cartpole": OceanCartPoleConfig, "env_atari": AtariEnvConfig,
-        "env_ocean_squares": OceanSquaresConfig,
+        "env_ocean_squares": OceanSquaresConfig, "env_ocean_herd": OceanHerdConfig,
         "policy_cnn": CNNPolicyConfig,
         "policy_default": DefaultPolicyConfig,
     }.items():

@@ -2,6 +2,7 @@
 numpy (no per-env Python loop), autoresetting in place on the step after an episode ends."""
 
 from puffer.envs.ocean.cartpole import CartPole
+from puffer.envs.ocean.herd import Herd
 from puffer.envs.ocean.squares import Squares
 
-__all__ = ["CartPole", "Squares"]
+__all__ = ["CartPole", "Herd", "Squares"]

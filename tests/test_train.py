@@ -79,3 +79,9 @@ def test_default_config_solves_cartpole_within_100k_steps(seed, make_cfg, tmp_pa
     assert metrics["perf/wall_s"] > 0
     assert metrics["eval/episodes"] == 20
     assert metrics["eval/return_mean"] >= 475, metrics
+
+
+@pytest.mark.slow
+def test_a_continuous_action_env_improves_over_random_play(make_cfg, tmp_path):
+    metrics = run(make_cfg("env=classic/pendulum", "train.total_timesteps=81920", "train.eval_episodes=10"), tmp_path)
+    assert metrics["eval/return_mean"] > -800  # random play: about -1200

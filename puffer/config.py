@@ -51,6 +51,8 @@ class TrainConfig:
     # Torch intra-op threads; 0 picks for the machine (see puffer.ppo.pick_threads).
     torch_threads: int = 0
     compile: bool = False
+    # Mixed precision for the policy's forward passes: bf16 or null (float32). Mainly for CUDA.
+    amp: str | None = None
     # Seconds between progress lines when stdout is not a terminal.
     log_interval: float = 5.0
 
@@ -272,6 +274,7 @@ def validate(cfg) -> None:
              "an integer >= 0 (0: only at the end)")
     _require(t.keep_checkpoints >= 0, "train.keep_checkpoints", t.keep_checkpoints,
              "an integer >= 0 (0 keeps all)")
+    _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
     _require(t.eval_episodes >= 0, "train.eval_episodes", t.eval_episodes, "an integer >= 0")
     _require(cfg.logger.backend in LOGGER_BACKENDS, "logger.backend", cfg.logger.backend,
              f"one of {LOGGER_BACKENDS}")

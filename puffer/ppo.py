@@ -13,6 +13,7 @@ with a done flag is the true final one: on truncation its value is the bootstrap
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -34,6 +35,13 @@ from puffer.models import ActionDist
 from puffer.profiler import Profiler
 
 log = logging.getLogger(__name__)
+
+
+def _float32(params):
+    """Distribution parameters (a tensor or a tuple of them) in float32."""
+    if isinstance(params, tuple):
+        return tuple(p.float() for p in params)
+    return params.float()
 
 
 def _mean(x: torch.Tensor) -> torch.Tensor:
@@ -80,6 +88,10 @@ class PPO:
         recurrent = getattr(policy, "is_recurrent", False)
         self.forward = torch.compile(self.policy) if config.compile and not recurrent else self.policy
         self.profiler = profiler or Profiler(self.device.type)
+        # bf16 autocast around the policy's forward passes (matmuls and convs in bf16, losses
+        # and softmaxes kept in float32 by autocast's own rules).
+        self.autocast = (functools.partial(torch.autocast, self.device.type, dtype=torch.bfloat16)
+                         if config.amp == "bf16" else contextlib.nullcontext)
         self.generator = torch.Generator().manual_seed(seed)
 
         T, N = config.num_steps, vecenv.num_agents
@@ -174,10 +186,12 @@ class PPO:
             self.obs[t, index] = torch.from_numpy(obs).to(self.device, non_blocking=True)
             self.valid[t, index] = torch.from_numpy(masks & ~self._prev_done[rows]).to(self.device)
         with prof.forward:
-            if self.recurrent:
-                params, value = self._recurrent_step(t, rows, index, commit=True, masks=masks)
-            else:
-                params, value = self.forward(self.obs[t, index])
+            with self.autocast():
+                if self.recurrent:
+                    params, value = self._recurrent_step(t, rows, index, commit=True, masks=masks)
+                else:
+                    params, value = self.forward(self.obs[t, index])
+            params, value = _float32(params), value.float()
             action, logprob = self.dist.sample(params)
             self.values[t, index] = value
             self.actions[t, index] = action
@@ -313,11 +327,14 @@ class PPO:
     def _minibatch_step(self, obs, actions, old_logprobs, old_values, advantages, returns,
                         weights=None, sequence=None):
         c = self.config
-        if sequence is None:
-            params, new_values = self.forward(obs)
-        else:  # (T, B, ...) row sequences: flatten everything after the recurrent pass
-            h0, c0, starts = sequence
-            params, new_values = self.policy.forward_sequence(obs, (h0, c0), starts)
+        with self.autocast():
+            if sequence is None:
+                params, new_values = self.forward(obs)
+            else:  # (T, B, ...) row sequences: flatten everything after the recurrent pass
+                h0, c0, starts = sequence
+                params, new_values = self.policy.forward_sequence(obs, (h0, c0), starts)
+        params, new_values = _float32(params), new_values.float()
+        if sequence is not None:
             actions = actions.reshape(-1, *actions.shape[2:])
             old_logprobs, old_values, advantages, returns, weights = (
                 x.reshape(-1) for x in (old_logprobs, old_values, advantages, returns, weights))

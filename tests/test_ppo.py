@@ -123,3 +123,10 @@ def test_async_batches_fill_every_row_and_overlap_envs_with_the_policy():
         assert torch.equal(trainer.valid, ~after_done)
         metrics = trainer.train()
     assert metrics["env/episode_return"] > 60  # it learns (random play: about 22)
+
+
+def test_bf16_autocast_trains_with_finite_float32_losses():
+    trainer = make_trainer(num_steps=64, total_timesteps=2048, amp="bf16", learning_rate=1e-3)
+    metrics = trainer.train()
+    assert all(np.isfinite(metrics[k]) for k in ("train/policy_loss", "train/value_loss", "train/entropy"))
+    assert trainer.values.dtype == torch.float32 and trainer.logprobs.dtype == torch.float32

@@ -208,6 +208,17 @@ def check_workers(num_envs: int, num_workers: int, batch_size: int, overwork: bo
         )
 
 
+def prepare_workers(env_creators, env_args, env_kwargs, num_envs: int, num_workers: int | None,
+                    batch_size: int | None, overwork: bool) -> tuple[list[Callable], int, PufferEnv]:
+    """What every worker backend does first: one creator per env, the worker count (checked
+    before anything starts), and a driver env built here to read the spaces from."""
+    creators = as_creators(env_creators, num_envs)
+    num_workers = default_workers(num_envs) if num_workers is None else num_workers
+    check_workers(num_envs, num_workers, num_envs if batch_size is None else batch_size, overwork)
+    driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
+    return creators, num_workers, driver
+
+
 def default_workers(num_envs: int) -> int:
     """The largest divisor of num_envs that is at most the number of cores."""
     cores = os.cpu_count() or 1

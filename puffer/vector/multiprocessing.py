@@ -32,11 +32,8 @@ from puffer.vector.base import (
     EnvError,
     EnvGroup,
     VecEnv,
-    as_creators,
     build_envs,
-    check_puffer_env,
-    check_workers,
-    default_workers,
+    prepare_workers,
     row_ids,
 )
 
@@ -116,10 +113,8 @@ class Multiprocessing(VecEnv):
                  num_workers: int | None = None, batch_size: int | None = None,
                  zero_copy: bool = True, seed: int = 0, overwork: bool = False,
                  start_method: str | None = None, spin_us: float = 50.0, poll_s: float = 0.25):
-        creators = as_creators(env_creators, num_envs)
-        num_workers = default_workers(num_envs) if num_workers is None else num_workers
-        check_workers(num_envs, num_workers, num_envs if batch_size is None else batch_size, overwork)
-        driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
+        creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
+                                                        num_workers, batch_size, overwork)
         super().__init__(driver, num_envs, batch_size, seed)
         driver.close()
         self.num_workers = num_workers

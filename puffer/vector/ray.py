@@ -17,11 +17,8 @@ from puffer.vector.base import (
     EnvGroup,
     VecConfigError,
     VecEnv,
-    as_creators,
     build_envs,
-    check_puffer_env,
-    check_workers,
-    default_workers,
+    prepare_workers,
 )
 from puffer.vector.multiprocessing import WorkerError
 
@@ -67,11 +64,9 @@ class Ray(VecEnv):
                  zero_copy: bool = True, seed: int = 0, address: str | None = None,
                  overwork: bool = True, **unused):
         ray = _import_ray()
-        creators = as_creators(env_creators, num_envs)
-        num_workers = default_workers(num_envs) if num_workers is None else num_workers
         # A cluster has more cores than this machine: the local core count is no limit here.
-        check_workers(num_envs, num_workers, num_envs if batch_size is None else batch_size, overwork)
-        driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
+        creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
+                                                        num_workers, batch_size, overwork)
         super().__init__(driver, num_envs, batch_size, seed)
         driver.close()
         self._ray = ray

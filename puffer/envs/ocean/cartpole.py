@@ -8,7 +8,8 @@ import math
 import numpy as np
 from gymnasium import spaces
 
-from puffer.emulation import Buffers, PufferEnv
+from puffer.emulation import Buffers
+from puffer.envs.ocean.base import BatchedEnv
 
 GRAVITY, MASSCART, MASSPOLE, LENGTH, FORCE_MAG, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
 TOTAL_MASS = MASSPOLE + MASSCART
@@ -19,35 +20,21 @@ HIGH = np.array([X_THRESHOLD * 2, np.finfo(np.float32).max, THETA_THRESHOLD * 2,
                  np.finfo(np.float32).max], dtype=np.float32)
 
 
-class CartPole(PufferEnv):
-    independent_rows = True
-
+class CartPole(BatchedEnv):
     def __init__(self, num_envs: int = 1024, max_steps: int = 500, seed: int = 0,
                  buf: Buffers | None = None):
         self.name = "ocean/cartpole"
-        self.num_agents = num_envs
         self.max_steps = max_steps
-        self.seed = seed
         self.single_observation_space = spaces.Box(-HIGH, HIGH, dtype=np.float32)
         self.single_action_space = spaces.Discrete(2)
         self.state = np.zeros((num_envs, 4))  # float64, as gymnasium keeps it
-        self.steps = np.zeros(num_envs, dtype=np.int64)
-        self.returns = np.zeros(num_envs)
-        self.needs_reset = np.zeros(num_envs, dtype=bool)
-        self.rng = np.random.default_rng(seed)
+        self.init_rows(num_envs, seed)
         self.set_buffers(buf)
 
     def reset(self, seed: int | None = None):
-        self.rng = np.random.default_rng(self.seed if seed is None else seed)
+        self.restart_rows(seed)
         self.state[:] = self.rng.uniform(-0.05, 0.05, self.state.shape)
-        self.steps[:] = 0
-        self.returns[:] = 0
-        self.needs_reset[:] = False
         self.observations[:] = self.state
-        self.rewards[:] = 0
-        self.terminals[:] = False
-        self.truncations[:] = False
-        self.masks[:] = True
         return self.observations, []
 
     def step(self, actions):
@@ -84,7 +71,4 @@ class CartPole(PufferEnv):
         self.truncations[:] = truncated
         if not done.any():
             return self.outputs(())
-        rows = np.flatnonzero(done)
-        infos = [{"episode_return": r, "episode_length": n, "row": int(i)}
-                 for r, n, i in zip(self.returns[rows].tolist(), self.steps[rows].tolist(), rows, strict=True)]
-        return self.outputs(infos)
+        return self.outputs(self.episode_infos(done))

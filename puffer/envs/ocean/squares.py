@@ -10,28 +10,22 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from puffer.emulation import Buffers, PufferEnv
+from puffer.emulation import Buffers
+from puffer.envs.ocean.base import BatchedEnv
 
 SIZE, SQUARE = 36, 8
 CORNERS = [(4, 4), (4, 22), (22, 4), (22, 22)]  # top-left corner of each quadrant's square
 
 
-class Squares(PufferEnv):
-    independent_rows = True
-
+class Squares(BatchedEnv):
     def __init__(self, num_envs: int = 64, episode_length: int = 8, seed: int = 0,
                  buf: Buffers | None = None):
         self.name = "ocean/squares"
-        self.num_agents = num_envs
         self.episode_length = episode_length
-        self.seed = seed
         self.single_observation_space = spaces.Box(0, 255, (1, SIZE, SIZE), np.uint8)
         self.single_action_space = spaces.Discrete(4)
         self.targets = np.zeros(num_envs, dtype=np.int64)
-        self.steps = np.zeros(num_envs, dtype=np.int64)
-        self.returns = np.zeros(num_envs)
-        self.needs_reset = np.zeros(num_envs, dtype=bool)
-        self.rng = np.random.default_rng(seed)
+        self.init_rows(num_envs, seed)
         self.set_buffers(buf)
 
     def _draw(self, rows: np.ndarray) -> None:
@@ -42,15 +36,8 @@ class Squares(PufferEnv):
             self.observations[hit, 0, top : top + SQUARE, left : left + SQUARE] = 255
 
     def reset(self, seed: int | None = None):
-        self.rng = np.random.default_rng(self.seed if seed is None else seed)
-        self.steps[:] = 0
-        self.returns[:] = 0
-        self.needs_reset[:] = False
+        self.restart_rows(seed)
         self._draw(np.arange(self.num_agents))
-        self.rewards[:] = 0
-        self.terminals[:] = False
-        self.truncations[:] = False
-        self.masks[:] = True
         return self.observations, []
 
     def step(self, actions):
@@ -68,7 +55,4 @@ class Squares(PufferEnv):
         self.rewards[:] = rewards
         self.terminals[:] = done
         self.truncations[:] = False
-        rows = np.flatnonzero(done)
-        infos = [{"episode_return": r, "episode_length": n, "row": int(i)}
-                 for r, n, i in zip(self.returns[rows].tolist(), self.steps[rows].tolist(), rows, strict=True)]
-        return self.outputs(infos)
+        return self.outputs(self.episode_infos(done))

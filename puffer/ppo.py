@@ -85,8 +85,8 @@ class PPO:
         # fused: one kernel for the whole update instead of a few per parameter tensor
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate,
                                           eps=config.adam_eps, fused=True)
-        recurrent = getattr(policy, "is_recurrent", False)
-        self.forward = torch.compile(self.policy) if config.compile and not recurrent else self.policy
+        self.recurrent = getattr(policy, "is_recurrent", False)
+        self.forward = torch.compile(self.policy) if config.compile and not self.recurrent else self.policy
         self.profiler = profiler or Profiler(self.device.type)
         # bf16 autocast around the policy's forward passes (matmuls and convs in bf16, losses
         # and softmaxes kept in float32 by autocast's own rules).
@@ -111,7 +111,6 @@ class PPO:
         self.valid = torch.zeros((T, N), dtype=torch.bool, **on)
         self.advantages = torch.zeros((T, N), **on)
         self.next_value = torch.zeros(N, **on)
-        self.recurrent = getattr(policy, "is_recurrent", False)
         if self.recurrent:  # per-row LSTM state, its value at t=0, and where episodes start
             self.state = policy.initial_state(N, self.device)
             self.state0 = policy.initial_state(N, self.device)
@@ -422,6 +421,8 @@ class PPO:
             "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()},
             "rollout": None if not self._held else {
                 "prev_done": self._prev_done.copy(),
+                "before_done": self._before_done.copy(),
+                "recurrent_state": [x.clone() for x in self.state] if self.recurrent else None,
                 "env_state": self.vecenv.get_state(),
             },
         }
@@ -441,6 +442,9 @@ class PPO:
             return
         self.vecenv.set_state(rollout["env_state"])
         self._prev_done = rollout["prev_done"].copy()
+        self._before_done = rollout["before_done"].copy()
+        if self.recurrent:
+            self.state = tuple(x.to(self.device) for x in rollout["recurrent_state"])
         obs, masks = self.vecenv.current()
         self._held = [(slice(0, self.vecenv.num_agents), obs.copy(), masks.copy())]
 

@@ -122,3 +122,12 @@ def test_no_child_processes_remain_after_a_worker_crash_in_training(make_cfg, tm
     after = {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
     assert not {pid for pid in after - before if "resource_tracker" not in " ".join(psutil.Process(pid).cmdline())}
     assert os.getpid()
+
+
+def test_recurrent_policy_resumes_bit_for_bit_too(make_cfg, tmp_path):
+    small = [*SMALL, "policy.rnn=lstm", "train.total_timesteps=1024", "train.num_steps=32"]
+    run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    run(make_cfg(*small, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"), tmp_path / "resumed")
+    final = "epoch_000004.pt"
+    assert torch.equal(params(tmp_path / "full" / "checkpoints" / final),
+                       params(tmp_path / "resumed" / "checkpoints" / final))

@@ -33,6 +33,7 @@ from puffer.config import TrainConfig
 from puffer.loggers.base import Logger
 from puffer.models import ActionDist
 from puffer.profiler import Profiler
+from puffer.vector.base import rows_of
 
 log = logging.getLogger(__name__)
 
@@ -170,11 +171,7 @@ class PPO:
 
     def _rows(self, env_ids: np.ndarray) -> slice | np.ndarray:
         """Agent rows of these envs: a slice when contiguous (views, no gather)."""
-        n = self.vecenv.agents_per_env
-        first, last = int(env_ids[0]), int(env_ids[-1])
-        if last - first + 1 == len(env_ids) and (np.diff(env_ids) == 1).all():
-            return slice(first * n, (last + 1) * n)
-        return (env_ids[:, None] * n + np.arange(n)).reshape(-1)
+        return rows_of(env_ids, self.vecenv.agents_per_env)
 
     def _act(self, rows, obs: np.ndarray, masks: np.ndarray) -> None:
         """Store the observations of `rows` at their next step, sample actions, send them."""

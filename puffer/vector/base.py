@@ -225,5 +225,10 @@ def default_workers(num_envs: int) -> int:
     return max(d for d in range(1, min(num_envs, cores) + 1) if num_envs % d == 0)
 
 
-def row_ids(env_ids: np.ndarray, agents_per_env: int) -> np.ndarray:
-    return (env_ids[:, None] * agents_per_env + np.arange(agents_per_env)).reshape(-1)
+def rows_of(ids, rows_per_id: int) -> slice | np.ndarray:
+    """Buffer rows of sorted env or worker ids owning `rows_per_id` rows each: a slice (views,
+    no copy) when the ids are contiguous, else an index array."""
+    ids = np.asarray(ids)
+    if ids[-1] - ids[0] + 1 == len(ids):
+        return slice(int(ids[0]) * rows_per_id, (int(ids[-1]) + 1) * rows_per_id)
+    return (ids[:, None] * rows_per_id + np.arange(rows_per_id)).reshape(-1)

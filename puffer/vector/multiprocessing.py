@@ -34,7 +34,7 @@ from puffer.vector.base import (
     VecEnv,
     build_envs,
     prepare_workers,
-    row_ids,
+    rows_of,
 )
 
 log = logging.getLogger(__name__)
@@ -230,11 +230,7 @@ class Multiprocessing(VecEnv):
 
     # -- internals ---------------------------------------------------------------------------
     def _rows(self, workers: list[int]):
-        """Rows of `workers`: a slice (a view, no copy) when they are contiguous, else indices."""
-        per = self.envs_per_worker * self.agents_per_env
-        if all(b == a + 1 for a, b in zip(workers, workers[1:], strict=False)):
-            return slice(workers[0] * per, (workers[-1] + 1) * per)
-        return row_ids(np.asarray(workers), per)
+        return rows_of(workers, self.envs_per_worker * self.agents_per_env)
 
     def _dispatch(self, workers, command: int) -> None:
         for w in workers:

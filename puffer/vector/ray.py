@@ -19,6 +19,7 @@ from puffer.vector.base import (
     VecEnv,
     build_envs,
     prepare_workers,
+    rows_of,
 )
 from puffer.vector.multiprocessing import WorkerError
 
@@ -131,9 +132,7 @@ class Ray(VecEnv):
         workers.sort()
         self._received = workers
         self._idle |= set(workers)
-        index = np.concatenate([np.arange(self.num_agents)[self._rows(w)] for w in workers])
-        contiguous = len(index) == index[-1] - index[0] + 1
-        rows = slice(int(index[0]), int(index[-1]) + 1) if contiguous else index
+        rows = rows_of(workers, self.envs_per_worker * self.agents_per_env)
         b = self.buffers
         env_ids = np.concatenate([np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
                                   for w in workers])

@@ -76,6 +76,32 @@ def test_slurm_launcher_config_resolves():
     assert compose_with_sweeps("hydra/launcher=local_parallel").hydra.launcher.n_jobs == 2
 
 
+def test_ray_launcher_config_resolves_for_a_cluster():
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    launcher = compose_with_sweeps("hydra/launcher=ray_cluster",
+                                   "hydra.launcher.ray.init.address=auto").hydra.launcher
+    assert launcher._target_.endswith("ray_launcher.RayLauncher")
+    assert launcher.ray.init.address == "auto" and launcher.ray.remote.num_cpus == 1
+    # joining a cluster must not pass resource caps, which the plugin would add unless set
+    assert launcher.ray.init.num_cpus is None and launcher.ray.init.object_store_memory is None
+
+
+def test_ray_launcher_runs_a_grid_on_a_local_ray(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=ray_cluster",
+            "hydra.launcher.ray.init.num_cpus=2", "seed=0,1", "train.total_timesteps=1024",
+            "train.eval_episodes=2", f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Ray Launcher is launching 2 jobs" in result.stdout + result.stderr
+    for job, seed in (("0", 0), ("1", 1)):
+        metrics = [json.loads(line) for line in (sweep / job / "metrics.jsonl").read_text().splitlines()]
+        assert metrics[-1]["global_step"] == 1024 and "eval/return_mean" in metrics[-1]
+        assert f"seed: {seed}\n" in (sweep / job / "config.yaml").read_text()
+        assert (sweep / job / "model.pt").stat().st_size > 0
+
+
 def test_eval_mode_reproduces_the_end_of_training_evaluation(make_cfg, tmp_path):
     trained = run(make_cfg("train.total_timesteps=4096", "train.eval_episodes=5"), tmp_path / "train")
     evaluated = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'train' / 'model.pt'}",

@@ -8,8 +8,9 @@ polls the state words for a few microseconds (a CartPole step is that fast), the
 `done`: neither side spins for long, so workers never starve the learner of a core.
 
 With `batch_size < num_envs`, `recv()` returns the first workers that are ready (EnvPool-style)
-and `send()` steps exactly those. Infos and errors travel on a per-worker queue, only when there
-are any. A worker whose env raises reports the env index and traceback; a worker that dies is
+and `send()` steps exactly those. Infos and errors travel on a per-worker pipe, only when there
+are any, written by the worker itself after it flags them (a Queue's feeder thread would cost a
+thread switch per message, more than a CartPole step). A worker whose env raises reports the env index and traceback; a worker that dies is
 noticed within `poll_s`; either way every worker is shut down and none is left behind.
 """
 
@@ -19,7 +20,7 @@ import ctypes
 import logging
 import multiprocessing as mp
 import os
-import queue
+import select
 import signal
 import time
 import traceback
@@ -65,7 +66,7 @@ def _views(raw, layout: dict) -> dict[str, np.ndarray]:
 
 
 def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, done, messages,
-            parent_pid, agents_per_env):
+            parent_pid, agents_per_env, spin_s):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C and closes us
     shared = _views(raw, layout)
     commands, states, seeds = shared["commands"], shared["states"], shared["seed"]
@@ -75,11 +76,11 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
     actions = shared["actions"][rows]
 
     def finish(state, message=None):
-        if message is not None:
-            messages.put(message)
         shared["has_message"][worker_id] = message is not None
         states[worker_id] = state
         done.release()
+        if message is not None:  # after the release: the main process reads while we write
+            messages.send(message)
 
     try:
         group = EnvGroup(build_envs(creators, env_args, env_kwargs, first), first, buffers,
@@ -88,11 +89,19 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
         finish(ERROR, traceback.format_exc())
         return
     finish(READY)
+    tickets, seen = shared["tickets"], 0
     while True:
+        # Spin briefly for the next command: in a rollout it comes within microseconds, and a
+        # blocked process takes longer than a fast env's step to wake. Then block, so a worker
+        # never holds a core while the learner trains.
+        spin_until = time.perf_counter() + spin_s
+        while tickets[worker_id] == seen and time.perf_counter() < spin_until:
+            os.sched_yield()
         if not go.acquire(timeout=1.0):
             if os.getppid() != parent_pid:  # the main process is gone: don't linger as an orphan
                 break
             continue
+        seen = int(tickets[worker_id])
         command = commands[worker_id]
         if command == CLOSE:
             break
@@ -112,7 +121,8 @@ class Multiprocessing(VecEnv):
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
                  num_workers: int | None = None, batch_size: int | None = None,
                  zero_copy: bool = True, seed: int = 0, overwork: bool = False,
-                 start_method: str | None = None, spin_us: float = 50.0, poll_s: float = 0.25):
+                 start_method: str | None = None, spin_us: float = 50.0, poll_s: float = 0.25,
+                 worker_spin_us: float = 100.0):
         creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
                                                         num_workers, batch_size, overwork)
         super().__init__(driver, num_envs, batch_size, seed)
@@ -122,6 +132,7 @@ class Multiprocessing(VecEnv):
         self.workers_per_batch = self.batch_size // self.envs_per_worker
         self.zero_copy = zero_copy
         self.spin_s = spin_us * 1e-6
+        self.worker_spin_s = worker_spin_us * 1e-6
         self.poll_s = poll_s
 
         specs = Buffers.specs(self.single_observation_space, self.num_agents)
@@ -129,6 +140,7 @@ class Multiprocessing(VecEnv):
             "actions": ((self.num_agents, *self.action_shape), self.action_dtype),
             "commands": ((num_workers,), np.int32),
             "states": ((num_workers,), np.int32),
+            "tickets": ((num_workers,), np.int64),  # commands sent to each worker so far
             "has_message": ((num_workers,), np.bool_),
             "seed": ((2,), np.int64),  # [seed, whether a seed was given]
         })
@@ -140,22 +152,25 @@ class Multiprocessing(VecEnv):
                                                      "truncations", "masks")))
         self.actions = shared["actions"]
         self._commands, self._states = shared["commands"], shared["states"]
+        self._tickets = shared["tickets"]
         self._has_message, self._seed = shared["has_message"], shared["seed"]
         self._states[:] = BUSY
         self._done = ctx.Semaphore(0)
         self._tokens = 0  # `done` releases already taken by a blocking wait but not yet matched
         self._go = [ctx.Semaphore(0) for _ in range(num_workers)]
-        self._messages = [ctx.Queue() for _ in range(num_workers)]
+        pipes = [ctx.Pipe(duplex=False) for _ in range(num_workers)]  # (reader, writer)
+        self._messages = [reader for reader, _ in pipes]
         self._processes = []
         per = self.envs_per_worker
         for w in range(num_workers):
             process = ctx.Process(
                 target=_worker, name=f"puffer-worker-{w}", daemon=True,
                 args=(w, creators[w * per : (w + 1) * per], env_args, env_kwargs, w * per,
-                      self._raw, layout, self._go[w], self._done, self._messages[w], os.getpid(),
-                      self.agents_per_env),
+                      self._raw, layout, self._go[w], self._done, pipes[w][1], os.getpid(),
+                      self.agents_per_env, self.worker_spin_s),
             )
             process.start()
+            pipes[w][1].close()  # the worker holds the writing end now
             self._processes.append(process)
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._commands,
                                            self._go, self._messages)
@@ -236,6 +251,7 @@ class Multiprocessing(VecEnv):
         for w in workers:
             self._states[w] = BUSY
             self._commands[w] = command
+            self._tickets[w] += 1
             self._in_flight.add(w)
             self._go[w].release()
 
@@ -256,7 +272,10 @@ class Multiprocessing(VecEnv):
                     found = True
                     if len(ready) == count:
                         break
-            if found or time.perf_counter() < spin_until:
+            if found:
+                continue
+            if time.perf_counter() < spin_until:
+                os.sched_yield()  # a spinning main process must not delay the workers' steps
                 continue
             if self._done.acquire(timeout=self.poll_s):
                 self._tokens += 1
@@ -287,11 +306,16 @@ class Multiprocessing(VecEnv):
             )
 
     def _message(self, w: int):
+        reader = self._messages[w]
         try:
-            return self._messages[w].get(timeout=5.0)
-        except queue.Empty:
-            self.close()
-            raise WorkerError(f"worker {w} flagged a message but none arrived within 5 s") from None
+            # select() itself: Connection.poll builds a selector per call, slower than a step
+            if select.select([reader], [], [], 5.0)[0]:
+                return reader.recv()
+            problem = "none arrived within 5 s"
+        except (EOFError, OSError) as exc:
+            problem = f"its pipe broke ({exc!r})"
+        self.close()
+        raise WorkerError(f"worker {w} flagged a message but {problem}")
 
     def _check_alive(self) -> None:
         for w in sorted(self._in_flight):
@@ -323,6 +347,5 @@ def _shutdown(processes, commands, go, messages) -> None:
         if process.is_alive():
             process.kill()
             process.join(timeout=1.0)
-    for q in messages:
-        q.cancel_join_thread()
-        q.close()
+    for reader in messages:
+        reader.close()

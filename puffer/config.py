@@ -35,6 +35,9 @@ class TrainConfig:
     gae_lambda: float = 0.95
     norm_adv: bool = True
     clip_coef: float = 0.2
+    # clip_coef decays linearly to 0 over training, like the LR (rl-baselines3-zoo's lin_0.2):
+    # late updates cannot move a solved policy far, which keeps CartPole from collapsing.
+    anneal_clip: bool = False
     clip_vloss: bool = True
     vf_clip_coef: float = 0.2
     ent_coef: float = 0.01

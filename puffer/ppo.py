@@ -98,6 +98,7 @@ class PPO:
         T, N = config.num_steps, vecenv.num_agents
         self.batch_size = T * N
         self.num_epochs = math.ceil(config.total_timesteps / self.batch_size)
+        self.clip_coef = config.clip_coef  # the current one: update() anneals it with train.anneal_clip
         obs_space = vecenv.single_observation_space
         obs_dtype = torch.from_numpy(np.empty(0, obs_space.dtype)).dtype
         act_dtype = torch.from_numpy(np.empty(0, vecenv.action_dtype)).dtype
@@ -262,6 +263,7 @@ class PPO:
         self.compute_advantages()
         if c.anneal_lr:
             self.optimizer.param_groups[0]["lr"] = c.learning_rate * (1 - self.epoch / self.num_epochs)
+        self.clip_coef = c.clip_coef * (1 - self.epoch / self.num_epochs) if c.anneal_clip else c.clip_coef
         returns = self.advantages + self.values
         minibatches = self._sequence_minibatches(returns) if self.recurrent else self._sample_minibatches(returns)
         if minibatches is None:
@@ -282,6 +284,7 @@ class PPO:
         metrics["train/explained_variance"] = float("nan") if var == 0 else float(
             1 - (valid_returns - valid_values).var() / var)
         metrics["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        metrics["train/clip_coef"] = self.clip_coef
         return metrics
 
     def _sample_minibatches(self, returns):
@@ -340,14 +343,14 @@ class PPO:
         ratio = logratio.exp()
         with torch.no_grad():
             approx_kl = mean((ratio - 1) - logratio)
-            clipfrac = mean(((ratio - 1.0).abs() > c.clip_coef).float())
+            clipfrac = mean(((ratio - 1.0).abs() > self.clip_coef).float())
         if c.norm_adv and len(advantages) > 1 and weights is None:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         elif c.norm_adv and len(advantages) > 1:
             centred = advantages - mean(advantages)
             advantages = centred / (mean(centred**2).sqrt() + 1e-8)
         pg_loss = mean(torch.max(-advantages * ratio,
-                                 -advantages * ratio.clamp(1 - c.clip_coef, 1 + c.clip_coef)))
+                                 -advantages * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)))
         if c.clip_vloss:
             clipped = old_values + (new_values - old_values).clamp(-c.vf_clip_coef, c.vf_clip_coef)
             v_loss = 0.5 * mean(torch.max((new_values - returns) ** 2, (clipped - returns) ** 2))

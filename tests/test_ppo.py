@@ -11,6 +11,7 @@ from gymnasium import spaces
 import puffer.vector
 from puffer.config import TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
+from puffer.loggers.base import Logger
 from puffer.models import Default
 from puffer.ppo import PPO, NonFiniteError, seed_everything
 
@@ -130,3 +131,22 @@ def test_bf16_autocast_trains_with_finite_float32_losses():
     metrics = trainer.train()
     assert all(np.isfinite(metrics[k]) for k in ("train/policy_loss", "train/value_loss", "train/entropy"))
     assert trainer.values.dtype == torch.float32 and trainer.logprobs.dtype == torch.float32
+
+
+def test_anneal_clip_narrows_the_trust_region_linearly_to_zero():
+    class Recorder(Logger):
+        def __init__(self):
+            self.epochs = []
+
+        def log(self, metrics, step):
+            self.epochs.append(metrics)
+
+    trainer = make_trainer(num_steps=64, total_timesteps=64 * 2 * 8, learning_rate=3e-3, anneal_clip=True)
+    trainer.logger = recorder = Recorder()
+    trainer.train()
+    clips = [m["train/clip_coef"] for m in recorder.epochs]
+    assert clips == pytest.approx([0.2 * (1 - e / 8) for e in range(8)])
+    # the same policy moves just as far, so a narrower region clips a larger share of the samples
+    assert recorder.epochs[-1]["train/clipfrac"] > recorder.epochs[0]["train/clipfrac"]
+    fixed = make_trainer(num_steps=64, total_timesteps=64 * 2 * 8, learning_rate=3e-3).train()
+    assert fixed["train/clip_coef"] == 0.2

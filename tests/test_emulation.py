@@ -136,6 +136,25 @@ def test_observation_mismatch_names_the_key_path_expected_and_got():
         layout.check({"inventory": (1, np.zeros(3, np.float32))}, "MyEnv-v0")
 
 
+def test_full_range_frames_skip_only_the_bounds_they_cannot_break():
+    """A uint8 0..255 frame skips the bounds comparison, but a wider dtype is still bounded,
+    a narrower Box of the same dtype still checked, and NaN still caught in an infinite Box."""
+    space = spaces.Dict({"frame": spaces.Box(0, 255, (4, 4), np.uint8),
+                         "health": spaces.Box(0, 100, (1,), np.uint8),
+                         "pos": spaces.Box(-np.inf, np.inf, (2,), np.float32)})
+    layout = ObsLayout(space)
+    assert layout._full_range == {("frame",), ("pos",)}
+    good = {"frame": np.full((4, 4), 255, np.uint8), "health": np.array([7], np.uint8),
+            "pos": np.array([1e30, -1e30], np.float32)}
+    layout.check(good, "Game-v0")
+    with pytest.raises(SpaceError, match=r"obs\['frame'\]: value 300 at index \[0, 0\] is outside"):
+        layout.check({**good, "frame": np.full((4, 4), 300, np.uint16)}, "Game-v0")
+    with pytest.raises(SpaceError, match=r"obs\['health'\]: value 101"):
+        layout.check({**good, "health": np.array([101], np.uint8)}, "Game-v0")
+    with pytest.raises(SpaceError, match=r"obs\['pos'\]: got NaN at index \[1\]"):
+        layout.check({**good, "pos": np.array([0, np.nan], np.float32)}, "Game-v0")
+
+
 def test_unsupported_space_is_rejected_at_wrap_time():
     with pytest.raises(SpaceError, match=r"obs\['name'\] is a Text"):
         ObsLayout(spaces.Dict({"name": spaces.Text(5)}))

@@ -107,6 +107,9 @@ class ObsLayout:
             leaves.append(leaf)
             offset += leaf.nbytes
         self.leaves: list[Leaf] = leaves
+        # plain ints and names, so torch.compile traces the torch unflatten without numpy calls
+        self._byte_slices = [(leaf.offset, leaf.offset + leaf.nbytes, leaf.dtype.name, leaf.shape)
+                             for leaf in leaves]
         # Box leaves whose bounds are their dtype's whole range (a uint8 0..255 frame): a value of
         # that dtype cannot be out of them, and comparing a 100 KB frame twice costs ~10% of a
         # Breakout step while validation runs.
@@ -174,12 +177,8 @@ class ObsLayout:
 
         batch = tuple(flat.shape[:-1])
         raw = flat.contiguous().view(torch.uint8)
-        return [
-            raw[..., leaf.offset : leaf.offset + leaf.nbytes]
-            .view(torch_dtype(leaf.dtype))
-            .reshape(batch + leaf.shape)
-            for leaf in self.leaves
-        ]
+        return [raw[..., start:stop].view(getattr(torch, dtype)).reshape(batch + shape)
+                for start, stop, dtype, shape in self._byte_slices]
 
 
 def _write_single(views: list[np.ndarray], value: Any) -> None:
@@ -214,13 +213,6 @@ def build_nest(space: spaces.Space, leaves):
 
 def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
-
-
-def torch_dtype(dtype: np.dtype):
-    """The torch dtype of a numpy dtype (torch is imported only when a tensor is unflattened)."""
-    import torch
-
-    return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
 def _bounds_span_dtype(space: spaces.Space) -> bool:

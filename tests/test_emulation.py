@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from puffer.emulation import GymnasiumPufferEnv, SpaceError, nativize
+from puffer.models import Default
 from puffer.spaces import ActionLayout, FlatBox, HybridBox, ObsLayout, build_nest, iter_leaves
 
 DTYPES = [np.float32, np.float64, np.float16, np.uint8, np.int8, np.int32, np.int64, np.uint16]
@@ -84,6 +85,23 @@ def test_unflatten_keeps_the_nest_structure(space, seed):
         assert list(nest) == list(space.spaces)
     elif isinstance(space, spaces.Tuple):
         assert isinstance(nest, tuple) and len(nest) == len(space.spaces)
+
+
+def test_default_policy_on_nested_obs_compiles_without_graph_breaks():
+    space = spaces.Dict({"pos": spaces.Box(-1, 1, (3,), np.float32),
+                         "inv": spaces.Tuple((spaces.Discrete(5), spaces.MultiBinary(4))),
+                         "frame": spaces.Box(0, 255, (2, 3), np.uint8)})
+    layout = ObsLayout(space)
+    flat = np.zeros((6, *layout.flat_space.shape), layout.flat_space.dtype)
+    space.seed(0)
+    for row in flat:
+        layout.write(layout.leaf_views(row), space.sample())
+    policy = Default(layout.flat_space, spaces.Discrete(3))
+    obs = torch.from_numpy(flat)
+    compiled = torch.compile(policy, fullgraph=True, backend="eager")  # a graph break raises
+    (logits, value), (want_logits, want_value) = compiled(obs), policy(obs)
+    assert logits.shape == (6, 3) and value.shape == (6,)
+    assert torch.equal(logits, want_logits) and torch.equal(value, want_value)
 
 
 def test_structured_rows_are_views_not_copies():

@@ -110,6 +110,20 @@ def test_async_batches_return_ready_envs_and_step_exactly_those():
         assert (stepped > 0).all()  # nobody starves
 
 
+def test_idle_workers_block_instead_of_spinning_while_the_learner_works():
+    with Multiprocessing(cartpole, num_envs=4, num_workers=2) as vec:
+        vec.async_reset(0)
+        for _ in range(200):  # a rollout: the workers spin between these steps
+            vec.recv()
+            vec.send(np.zeros(4, int))
+        vec.recv()
+        workers = [psutil.Process(p.pid) for p in vec.processes]
+        before = [sum(w.cpu_times()[:2]) for w in workers]
+        time.sleep(1.0)  # the learner trains: no command comes
+        used = [sum(w.cpu_times()[:2]) - b for w, b in zip(workers, before, strict=True)]
+    assert max(used) < 0.05, f"idle workers used {used} s of CPU in 1 s"
+
+
 def test_async_recv_returns_whichever_workers_finish_first():
     class Slow(gym.Wrapper):
         def step(self, action):

@@ -156,7 +156,7 @@ class Multiprocessing(VecEnv):
         self._has_message, self._seed = shared["has_message"], shared["seed"]
         self._states[:] = BUSY
         self._done = ctx.Semaphore(0)
-        self._tokens = 0  # `done` releases already taken by a blocking wait but not yet matched
+        self._tokens = 0  # `done` releases taken minus workers claimed (see _claim)
         self._go = [ctx.Semaphore(0) for _ in range(num_workers)]
         pipes = [ctx.Pipe(duplex=False) for _ in range(num_workers)]  # (reader, writer)
         self._messages = [reader for reader, _ in pipes]
@@ -292,10 +292,12 @@ class Multiprocessing(VecEnv):
 
     def _claim(self, w: int) -> None:
         """Match worker w's `done` release, then raise if it reported an error."""
-        if self._tokens:
+        # The worker releases `done` just after writing its state word. Blocking for that release
+        # here costs a futex wake-up (often more than a CartPole step), so a release that has not
+        # come yet is owed instead (tokens < 0): the next blocking wait takes it. Owed releases
+        # are at most one per worker, so the semaphore's count stays bounded.
+        if self._tokens > 0 or not self._done.acquire(False):
             self._tokens -= 1
-        else:
-            self._done.acquire()
         self._in_flight.discard(w)
         if self._states[w] == ERROR:
             message = self._message(w)

@@ -49,8 +49,9 @@ def make_vecenv(cfg: DictConfig, env_creator):
 
         settings = autotune(env_creator, v.num_envs, seconds=v.autotune_seconds, seed=cfg.seed)
     extra: dict[str, Any] = {}
-    if settings["backend"] == "multiprocessing":
-        extra = {"overwork": v.overwork, "start_method": v.start_method}
+    if settings["backend"] == "multiprocessing":  # autotune may pick more workers than cores
+        extra = {"overwork": settings.pop("overwork", False) or v.overwork,
+                 "start_method": v.start_method}
     elif settings["backend"] == "ray":
         extra = {"address": v.ray_address}
     return puffer.vector.make(env_creator, num_envs=v.num_envs, seed=cfg.seed, **settings, **extra)

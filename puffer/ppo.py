@@ -261,9 +261,10 @@ class PPO:
         shuffled whole row sequences (BPTT over the rollout) with invalid steps weighted 0."""
         c = self.config
         self.compute_advantages()
+        remaining = 1 - self.epoch / self.num_epochs  # linear schedules for the LR and the clip
         if c.anneal_lr:
-            self.optimizer.param_groups[0]["lr"] = c.learning_rate * (1 - self.epoch / self.num_epochs)
-        self.clip_coef = c.clip_coef * (1 - self.epoch / self.num_epochs) if c.anneal_clip else c.clip_coef
+            self.optimizer.param_groups[0]["lr"] = c.learning_rate * remaining
+        self.clip_coef = c.clip_coef * remaining if c.anneal_clip else c.clip_coef
         returns = self.advantages + self.values
         minibatches = self._sequence_minibatches(returns) if self.recurrent else self._sample_minibatches(returns)
         if minibatches is None:

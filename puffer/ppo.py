@@ -151,28 +151,43 @@ class PPO:
             self._act(rows, obs, masks)
         while remaining:
             with prof.env:
-                obs, rewards, terminals, truncations, infos, env_ids, masks = self.vecenv.recv()
-            rows = self._rows(env_ids)
-            with prof.copy:
-                if self._awaiting[rows].any():
-                    self._store_result(rows, rewards, terminals, truncations)
-            self._record(infos)
-            if self._ptr[rows].min() < T:
-                self._act(rows, obs, masks)
-                continue
-            with prof.forward:
-                index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
-                obs_t = torch.from_numpy(obs).to(self.device)
-                if self.recurrent:
-                    self.next_value[index] = self._recurrent_step(None, rows, index, obs=obs_t)[1]
-                else:
-                    self.next_value[index] = self.forward(obs_t)[1]
-            self._held.append((rows, obs.copy(), masks.copy()))
-            remaining -= len(self._ptr[rows])
+                received = self.vecenv.recv()
+            self._record(received[4])
+            for rows, (obs, rewards, terminals, truncations, masks) in self._by_step(received):
+                with prof.copy:
+                    if self._awaiting[rows].any():
+                        self._store_result(rows, rewards, terminals, truncations)
+                if self._ptr[rows][0] < T:
+                    self._act(rows, obs, masks)
+                    continue
+                with prof.forward:
+                    index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
+                    obs_t = torch.from_numpy(obs).to(self.device)
+                    if self.recurrent:
+                        self.next_value[index] = self._recurrent_step(None, rows, index, obs=obs_t)[1]
+                    else:
+                        self.next_value[index] = self.forward(obs_t)[1]
+                self._held.append((rows, obs.copy(), masks.copy()))
+                remaining -= len(self._ptr[rows])
 
     def _rows(self, env_ids: np.ndarray) -> slice | np.ndarray:
         """Agent rows of these envs: a slice when contiguous (views, no gather)."""
         return rows_of(env_ids, self.vecenv.agents_per_env)
+
+    def _by_step(self, received):
+        """A recv()'s envs as groups at the same rollout step: (rows, (obs, rewards, terminals,
+        truncations, masks)). Usually one group; envs of several workers can arrive together at
+        different steps when those workers were sent at different times."""
+        obs, rewards, terminals, truncations, _, env_ids, masks = received
+        per_row = (obs, rewards, terminals, truncations, masks)
+        n = self.vecenv.agents_per_env
+        steps = self._ptr[np.asarray(env_ids) * n]  # an env's rows always move together
+        if (steps == steps[0]).all():
+            yield self._rows(env_ids), per_row
+            return
+        row_steps = np.repeat(steps, n)
+        for t in np.unique(steps):
+            yield self._rows(env_ids[steps == t]), tuple(x[row_steps == t] for x in per_row)
 
     def _act(self, rows, obs: np.ndarray, masks: np.ndarray) -> None:
         """Store the observations of `rows` at their next step, sample actions, send them."""

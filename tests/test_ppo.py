@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -124,6 +126,39 @@ def test_async_batches_fill_every_row_and_overlap_envs_with_the_policy():
         assert torch.equal(trainer.valid, ~after_done)
         metrics = trainer.train()
     assert metrics["env/episode_return"] > 60  # it learns (random play: about 22)
+
+
+class StepCounter(gym.Env):
+    """Observes and is rewarded by its own step count; each step takes a random time, so
+    workers finish in a shuffled order."""
+
+    observation_space = spaces.Box(0, 1e6, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.count = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.count += 1
+        time.sleep(self.np_random.uniform(0, 2e-3))
+        return np.full(1, self.count, np.float32), float(self.count), False, False, {}
+
+
+def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_order():
+    # 4 workers, 2 per recv: a batch can join workers that were sent at different times
+    vec = puffer.vector.make(lambda: GymnasiumPufferEnv(env=StepCounter()), num_envs=4,
+                             num_workers=4, batch_size=2, backend="multiprocessing", overwork=True)
+    with vec:
+        trainer = PPO(TrainConfig(num_steps=16, total_timesteps=16 * 4 * 2), vec,
+                      Default(vec.single_observation_space, vec.single_action_space))
+        steps = torch.arange(16, dtype=torch.float32)[:, None].expand(16, 4)
+        for rollout in range(2):
+            trainer.collect()
+            assert torch.equal(trainer.obs[..., 0], 16 * rollout + steps)
+            assert torch.equal(trainer.rewards, 16 * rollout + steps + 1)
+            assert trainer.valid.all() and (trainer._ptr == 16).all()
 
 
 def test_bf16_autocast_trains_with_finite_float32_losses():

@@ -35,6 +35,25 @@ def test_preprocessed_observations_are_stacked_84x84_grayscale():
     assert env.single_action_space.n == 4
 
 
+def test_frames_match_the_baselines_preprocessing_of_the_rgb_screen():
+    # the stack's base env makes grayscale observations (cheaper); AtariPreprocessing reads the
+    # screen itself, so every frame must equal the one it makes over the usual RGB env
+    import ale_py
+    import gymnasium as gym
+    from gymnasium.wrappers import AtariPreprocessing
+
+    gym.register_envs(ale_py)
+    rgb = AtariPreprocessing(gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.25))
+    ours = make_env("breakout", episodic_life=False, clip_rewards=False, frame_stack=1)
+    while not isinstance(ours, AtariPreprocessing):
+        ours = ours.env
+    actions = np.random.default_rng(0).integers(0, 4, 300)
+    frames = [np.stack([env.reset(seed=3)[0]] + [env.step(int(a))[0] for a in actions])
+              for env in (rgb, ours)]
+    assert ours.env.unwrapped._obs_type == "grayscale"
+    np.testing.assert_array_equal(frames[1], frames[0])
+
+
 def play_one_game(env, rng):
     env.reset(0)
     terminals, infos, clipped = 0, [], 0.0

@@ -87,6 +87,28 @@ def test_multiprocessing_steps_the_same_envs_as_serial(start_method):
         np.testing.assert_array_equal(a, b)
 
 
+def test_serial_batches_step_in_send_order_the_same_envs_as_all_at_once():
+    actions = np.random.default_rng(0).integers(0, 2, (100, 4))
+    with Serial(cartpole, num_envs=4) as whole:
+        whole.reset(0)
+        expected = [whole.step(a)[0].copy() for a in actions]
+    with Serial(cartpole, num_envs=4, batch_size=2) as vec:
+        vec.async_reset(0)
+        first, second = vec.recv(), vec.recv()
+        assert [first[5].tolist(), second[5].tolist()] == [[0, 1], [2, 3]]
+        for t, a in enumerate(actions):
+            vec.send(a[2:], env_ids=[2, 3])  # batches go back in any order, whole
+            vec.send(a[:2], env_ids=[0, 1])
+            right, left = vec.recv(), vec.recv()
+            assert right[5].tolist() == [2, 3] and right[0].shape == (2, 4)
+            np.testing.assert_array_equal(np.concatenate([left[0], right[0]]), expected[t])
+        vec.send(actions[0][:2], env_ids=[0, 1])
+        with pytest.raises(RuntimeError, match="recv"):  # that batch is stepping
+            vec.send(actions[0][:2], env_ids=[0, 1])
+    with pytest.raises(VecConfigError, match="batch_size=3: expected a divisor of num_envs=4"):
+        Serial(cartpole, num_envs=4, batch_size=3)
+
+
 def test_random_action_loop_has_a_leading_num_envs_dimension():
     with puffer.vector.make(cartpole, num_envs=8, backend=puffer.vector.Multiprocessing) as vec:
         obs, _ = vec.reset()

@@ -3,7 +3,7 @@
 What lives here: `VecEnv` (the API: reset/step, async_reset/send/recv, spaces, close), argument
 checks, and `EnvGroup` (a slice of envs stepped one after another, writing into buffer rows).
 Backends differ only in who steps which `EnvGroup` and how the buffers are allocated: Serial
-steps one group in this process; Multiprocessing one group per worker, in shared memory.
+steps one group per batch in this process; Multiprocessing one group per worker, in shared memory.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from collections import deque
 from dataclasses import fields
 
 import numpy as np
@@ -23,44 +24,70 @@ log = logging.getLogger(__name__)
 
 
 class Serial(VecEnv):
+    """With `batch_size < num_envs`, the envs are stepped a batch at a time: `send` steps the
+    batch it is given at once and `recv` returns batches in the order they were sent. That is
+    the trainer's async loop without the overlap, so one config (e.g. Atari's half batches)
+    runs on every backend."""
+
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
                  num_workers: int | None = None, batch_size: int | None = None,
                  zero_copy: bool = True, seed: int = 0, **unused):
         creators = as_creators(env_creators, num_envs)
-        if batch_size not in (None, num_envs):
+        if batch_size is not None and not (0 < batch_size <= num_envs and num_envs % batch_size == 0):
             raise VecConfigError(
-                f"batch_size={batch_size}: the Serial backend steps all num_envs={num_envs} envs "
-                "at once; use backend=Multiprocessing for async batches"
+                f"batch_size={batch_size}: expected a divisor of num_envs={num_envs} (Serial "
+                "steps whole batches), or null for all envs at once"
             )
         driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
         super().__init__(driver, num_envs, batch_size, seed)
         self.zero_copy = zero_copy
         self.buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
-        envs = [driver, *build_envs(creators[1:], env_args, env_kwargs, first=1)]
-        self.group = EnvGroup(envs, 0, self.buffers, self.agents_per_env)
-        self.env_ids = np.arange(num_envs)
-        self.envs = self.group.envs
-        self._infos: list[dict] | None = None
+        self.envs = [driver, *build_envs(creators[1:], env_args, env_kwargs, first=1)]
+        self._group_envs()
+        self._sent: deque[tuple[int, list[dict]]] = deque()  # (batch, infos), oldest first
+        self._idle: set[int] = set()  # batches received and not sent since
+
+    def _group_envs(self) -> None:
+        size, n = self.batch_size, self.agents_per_env
+        self.groups = [EnvGroup(self.envs[first : first + size], first,
+                                self.buffers.rows(first * n, (first + size) * n), n)
+                       for first in range(0, self.num_envs, size)]
 
     def async_reset(self, seed: int | None = None) -> None:
-        self._infos = self.group.reset(self.seed if seed is None else seed)
+        seed = self.seed if seed is None else seed
+        self._sent = deque((k, group.reset(seed)) for k, group in enumerate(self.groups))
+        self._idle = set()
 
     def send(self, actions, env_ids=None) -> None:
-        if self._infos is not None:
-            raise RuntimeError("send() called twice without recv()")
-        if env_ids is not None and len(env_ids) != self.num_envs:
-            raise ValueError("Serial steps every env at once; env_ids must name them all")
-        self._infos = self.group.step(self.check_actions(actions, self.num_agents))
+        if env_ids is None:
+            batches = sorted(self._idle)
+        else:
+            batches = sorted({int(e) // self.batch_size for e in np.asarray(env_ids).ravel()})
+            if len(np.unique(env_ids)) != len(batches) * self.batch_size:
+                raise ValueError(f"send(env_ids=...): must name whole batches ({self.batch_size} "
+                                 f"envs each), got {list(env_ids)}")
+        if not batches or not set(batches) <= self._idle:
+            raise RuntimeError("send() steps envs the last recv() returned; call recv() first")
+        rows = self.batch_size * self.agents_per_env
+        actions = self.check_actions(actions, len(batches) * rows)
+        for i, k in enumerate(batches):
+            self._idle.discard(k)
+            self._sent.append((k, self.groups[k].step(actions[i * rows : (i + 1) * rows])))
 
     def recv(self):
-        if self._infos is None:
+        if not self._sent:
             raise RuntimeError("recv() called before async_reset() or send()")
-        infos, self._infos = self._infos, None
+        k, infos = self._sent.popleft()
+        self._idle.add(k)
+        first = k * self.batch_size
+        rows = slice(first * self.agents_per_env, (first + self.batch_size) * self.agents_per_env)
         b = self.buffers
-        out = (b.observations, b.rewards, b.terminals, b.truncations)
+        out = (b.observations[rows], b.rewards[rows], b.terminals[rows], b.truncations[rows],
+               b.masks[rows])
         if not self.zero_copy:
             out = tuple(x.copy() for x in out)
-        return (*out, infos, self.env_ids, b.masks)
+        obs, rewards, terminals, truncations, masks = out
+        return obs, rewards, terminals, truncations, infos, np.arange(first, first + self.batch_size), masks
 
     def get_state(self) -> dict | None:
         """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers."""
@@ -78,13 +105,16 @@ class Serial(VecEnv):
             raise ValueError(f"the saved state has {len(envs)} envs, this vector env {self.num_envs}")
         for env in self.envs:
             env.close()
-        self.group = EnvGroup(envs, 0, self.buffers, self.agents_per_env)
+        self.envs = envs
+        self._group_envs()
+        # as after a recv() of every batch: the restored observations await their actions
+        self._sent, self._idle = deque(), set(range(len(self.groups)))
         for name, saved in state["buffers"].items():
             getattr(self.buffers, name)[...] = saved
-        self.envs = self.group.envs
         self.driver_env = envs[0]
 
     def close(self) -> None:
         if not self._closed:
-            self.group.close()
+            for group in self.groups:
+                group.close()
         super().close()

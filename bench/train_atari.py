@@ -1,6 +1,6 @@
 """Atari training throughput vs the model-bound ceiling, in one run.
 
-    python bench/train_atari.py [--steps 20480] [--game breakout]
+    python bench/train_atari.py [--steps 20480] [--game breakout] [override ...]
 
 Rows:
 - ceiling: the Nature CNN alone with CleanRL's ppo_atari shapes and no env at all: the rollout's
@@ -76,6 +76,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=20_480)
     parser.add_argument("--game", default="breakout")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for puffer's run, "
+                        "e.g. vec.batch_size=4")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     ceiling_nchw = ceiling_sps(channels_last=False)
@@ -83,7 +85,7 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
             f"env=atari/{args.game}", "vec=multiprocessing", f"train.total_timesteps={args.steps}",
-            "train.eval_episodes=0"])
+            "train.eval_episodes=0", *args.overrides])
     metrics = run(cfg, tempfile.mkdtemp(prefix="puffer-bench-atari-"))
     sps = metrics["perf/sps"]
     print_table(["run", "SPS", "share of ceiling"], [

@@ -53,6 +53,10 @@ class TrainConfig:
     eval_episodes: int = 20
     # Torch intra-op threads; 0 picks for the machine (see puffer.ppo.pick_threads).
     torch_threads: int = 0
+    # Torch threads while collecting; 0: one when the envs step in worker processes (they need
+    # the other cores then, and a small rollout batch gains little from a second thread), else
+    # torch_threads.
+    rollout_threads: int = 0
     compile: bool = False
     # Mixed precision for the policy's forward passes: bf16 or null (float32). Mainly for CUDA.
     amp: str | None = None
@@ -277,6 +281,8 @@ def validate(cfg) -> None:
              "an integer >= 0 (0: only at the end)")
     _require(t.keep_checkpoints >= 0, "train.keep_checkpoints", t.keep_checkpoints,
              "an integer >= 0 (0 keeps all)")
+    for key in ("torch_threads", "rollout_threads"):
+        _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0 (0 picks for the machine)")
     _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
     _require(t.eval_episodes >= 0, "train.eval_episodes", t.eval_episodes, "an integer >= 0")
     _require(cfg.logger.backend in LOGGER_BACKENDS, "logger.backend", cfg.logger.backend,

@@ -146,10 +146,12 @@ class StepCounter(gym.Env):
         return np.full(1, self.count, np.float32), float(self.count), False, False, {}
 
 
-def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_order():
+@pytest.mark.parametrize("backend", ["multiprocessing", "serial"])
+def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_order(backend):
     # 4 workers, 2 per recv: a batch can join workers that were sent at different times
+    workers = {"num_workers": 4, "overwork": True} if backend == "multiprocessing" else {}
     vec = puffer.vector.make(lambda: GymnasiumPufferEnv(env=StepCounter()), num_envs=4,
-                             num_workers=4, batch_size=2, backend="multiprocessing", overwork=True)
+                             batch_size=2, backend=backend, **workers)
     with vec:
         trainer = PPO(TrainConfig(num_steps=16, total_timesteps=16 * 4 * 2), vec,
                       Default(vec.single_observation_space, vec.single_action_space))
@@ -159,6 +161,31 @@ def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_ord
             assert torch.equal(trainer.obs[..., 0], 16 * rollout + steps)
             assert torch.equal(trainer.rewards, 16 * rollout + steps + 1)
             assert trainer.valid.all() and (trainer._ptr == 16).all()
+
+
+@pytest.mark.parametrize(("backend", "rollout_threads", "expected"),
+                         [("serial", 0, 2), ("multiprocessing", 0, 1), ("multiprocessing", 2, 2)])
+def test_rollouts_leave_the_cores_to_env_workers_and_learning_takes_them_back(
+        backend, rollout_threads, expected):
+    vec = puffer.vector.make(cartpole, num_envs=2, backend=backend, num_workers=1)
+    policy = Default(vec.single_observation_space, vec.single_action_space)
+    trainer = PPO(TrainConfig(num_steps=8, total_timesteps=32, rollout_threads=rollout_threads,
+                              torch_threads=2), vec, policy)
+    seen = {}
+
+    def forward(obs):
+        seen.setdefault("learn" if torch.is_grad_enabled() else "collect", set()).add(torch.get_num_threads())
+        return policy(obs)
+
+    trainer.forward = forward
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # what puffer.ppo.train and puffer.run set from train.torch_threads
+    try:
+        with vec:
+            trainer.train()
+        assert seen == {"collect": {expected}, "learn": {2}}
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_bf16_autocast_trains_with_finite_float32_losses():

@@ -113,6 +113,10 @@ class VecEnv:
     (Multiprocessing), `recv()` returns the first ready envs and `send()` steps exactly those.
     """
 
+    # Do the envs step in other processes (which need cores of their own)? The trainer gives
+    # its rollout forward passes fewer threads when they do.
+    steps_in_workers = False
+
     def __init__(self, driver: PufferEnv, num_envs: int, batch_size: int | None, seed: int):
         if num_envs < 1:
             raise VecConfigError(f"num_envs={num_envs} must be at least 1")

@@ -60,6 +60,8 @@ def _import_ray():
 
 
 class Ray(VecEnv):
+    steps_in_workers = True
+
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
                  num_workers: int | None = None, batch_size: int | None = None,
                  zero_copy: bool = True, seed: int = 0, address: str | None = None,

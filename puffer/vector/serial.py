@@ -49,9 +49,12 @@ class Serial(VecEnv):
 
     def _group_envs(self) -> None:
         size, n = self.batch_size, self.agents_per_env
+        firsts = range(0, self.num_envs, size)
         self.groups = [EnvGroup(self.envs[first : first + size], first,
                                 self.buffers.rows(first * n, (first + size) * n), n)
-                       for first in range(0, self.num_envs, size)]
+                       for first in firsts]
+        self._batch_ids = [np.arange(first, first + size) for first in firsts]
+        self._batch_rows = [slice(first * n, (first + size) * n) for first in firsts]
 
     def async_reset(self, seed: int | None = None) -> None:
         seed = self.seed if seed is None else seed
@@ -79,15 +82,14 @@ class Serial(VecEnv):
             raise RuntimeError("recv() called before async_reset() or send()")
         k, infos = self._sent.popleft()
         self._idle.add(k)
-        first = k * self.batch_size
-        rows = slice(first * self.agents_per_env, (first + self.batch_size) * self.agents_per_env)
+        rows = self._batch_rows[k]
         b = self.buffers
         out = (b.observations[rows], b.rewards[rows], b.terminals[rows], b.truncations[rows],
                b.masks[rows])
         if not self.zero_copy:
             out = tuple(x.copy() for x in out)
         obs, rewards, terminals, truncations, masks = out
-        return obs, rewards, terminals, truncations, infos, np.arange(first, first + self.batch_size), masks
+        return obs, rewards, terminals, truncations, infos, self._batch_ids[k], masks
 
     def get_state(self) -> dict | None:
         """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers."""

@@ -5,7 +5,8 @@
 Rows:
 - ceiling: the Nature CNN alone with CleanRL's ppo_atari shapes and no env at all: the rollout's
   forward passes (8 envs x 128 steps) plus 4 epochs x 4 minibatches of forward+backward+Adam per
-  batch; samples per second of that is the most any trainer can reach with this model here;
+  batch; samples per second of that is the most any trainer can reach with this model here
+  (channels_last: measured before and after puffer's run, the higher one counts);
 - puffer: `env=atari/<game> vec=multiprocessing` training, same hyper-parameters, same number of
   gradient steps per sample; its SPS and the profiler's breakdown.
 Target on a 2-core CPU: puffer >= 450 SPS, >= 80% of the ceiling (the widely used single-file PPO
@@ -80,18 +81,23 @@ def main() -> None:
                         "e.g. vec.batch_size=4")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    # The ceiling is measured before and after puffer's run and the higher kept: this VM's speed
+    # drifts by tens of percent within minutes, and a low ceiling would flatter puffer's share.
     ceiling_nchw = ceiling_sps(channels_last=False)
-    ceiling = ceiling_sps(channels_last=True)
+    ceiling_before = ceiling_sps(channels_last=True)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
             f"env=atari/{args.game}", "vec=multiprocessing", f"train.total_timesteps={args.steps}",
             "train.eval_episodes=0", *args.overrides])
     metrics = run(cfg, tempfile.mkdtemp(prefix="puffer-bench-atari-"))
     sps = metrics["perf/sps"]
+    ceiling_after = ceiling_sps(channels_last=True)
+    ceiling = max(ceiling_before, ceiling_after)
     print_table(["run", "SPS", "share of ceiling"], [
         ["ceiling: Nature CNN alone, NCHW", ceiling_nchw, f"{sps / ceiling_nchw:.0%}"],
-        ["ceiling: Nature CNN alone, channels_last", ceiling, f"{sps / ceiling:.0%}"],
-        [f"puffer env=atari/{args.game} vec=multiprocessing", sps, f"{sps / ceiling:.0%}"],
+        ["ceiling: channels_last, before puffer's run", ceiling_before, f"{sps / ceiling_before:.0%}"],
+        ["ceiling: channels_last, after puffer's run", ceiling_after, f"{sps / ceiling_after:.0%}"],
+        [f"puffer env=atari/{args.game} vec=multiprocessing", sps, f"{sps / ceiling:.0%} (of the higher)"],
     ])
     print("\npuffer's time breakdown:")
     print(profiler.table(metrics))

@@ -5,8 +5,8 @@ cores), synchronous and, with two or more workers, async batches of half the env
 as many workers as cores in async batches of half the envs (`overwork`): while the main process
 turns one batch around, the other half's workers keep every core stepping (`bench/vector.py`,
 Breakout, 2 cores: 1.42x the raw env against 1.34x with a worker per core). Each is stepped
-with random actions for `seconds` and scored by its best third (see `measure`); the table of
-measurements is logged.
+with random actions for `seconds` in all, in interleaved rounds, and scored by its best round
+(see `autotune`); the table of measurements is logged.
 """
 
 from __future__ import annotations
@@ -37,34 +37,40 @@ def candidates(num_envs: int) -> list[dict]:
     return found
 
 
-def measure(env_creator, num_envs: int, settings: dict, seconds: float, seed: int,
-            windows: int = 3) -> float:
-    """Steps/second of random actions on `settings`: the best of `windows` equal windows in
-    `seconds`. A noisy machine only ever slows a window (another process, a descheduled
-    worker), so the best one is the truest figure of what the layout can do."""
+def measure(env_creator, num_envs: int, settings: dict, seconds: float, seed: int) -> float:
+    """Steps/second of random actions on `settings` for `seconds`, after the first results
+    (worker start-up is not counted)."""
     with puffer.vector.make(env_creator, num_envs=num_envs, seed=seed, **settings) as vec:
         vec.action_space.seed(seed)
         vec.async_reset(seed)
-        *_, env_ids, _ = vec.recv()  # the clock starts after the first results (worker start-up)
-        best = 0.0
-        for _ in range(windows):
-            steps, started = 0, time.perf_counter()
-            while time.perf_counter() - started < seconds / windows:
-                per_batch = len(env_ids) * vec.agents_per_env
-                vec.send(vec.action_space.sample()[:per_batch] if per_batch < vec.agents_per_batch
-                         else vec.action_space.sample())
-                *_, env_ids, _ = vec.recv()
-                steps += len(env_ids) * vec.agents_per_env
-            best = max(best, steps / (time.perf_counter() - started))
-        return best
+        *_, env_ids, _ = vec.recv()
+        steps, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            per_batch = len(env_ids) * vec.agents_per_env
+            vec.send(vec.action_space.sample()[:per_batch] if per_batch < vec.agents_per_batch
+                     else vec.action_space.sample())
+            *_, env_ids, _ = vec.recv()
+            steps += len(env_ids) * vec.agents_per_env
+        return steps / (time.perf_counter() - started)
 
 
-def autotune(env_creator, num_envs: int, seconds: float = 1.0, seed: int = 0) -> dict:
-    """The fastest settings ({backend, num_workers, batch_size}) for puffer.vector.make."""
-    results = [(measure(env_creator, num_envs, c, seconds, seed), c) for c in candidates(num_envs)]
-    for sps, c in results:
+def autotune(env_creator, num_envs: int, seconds: float = 1.0, seed: int = 0,
+             rounds: int = 3) -> dict:
+    """The fastest settings ({backend, num_workers, batch_size}) for puffer.vector.make.
+
+    The candidates are measured in `rounds` interleaved rounds of `seconds / rounds` each (a
+    candidate is rebuilt every round: holding all of them open would hold every candidate's
+    envs at once), and each keeps its best round. Interleaving spreads a slow minute of the
+    machine over all candidates instead of sinking the one measured in it, and a noisy machine
+    only ever slows a round, so the best is the truest figure of what a layout can do."""
+    options = candidates(num_envs)
+    rates = [0.0] * len(options)
+    for _ in range(rounds):
+        for i, settings in enumerate(options):
+            rates[i] = max(rates[i], measure(env_creator, num_envs, settings, seconds / rounds, seed))
+    for sps, c in zip(rates, options, strict=True):
         log.info("vec=auto: %-15s workers=%-4s batch_size=%-4s%s %10.0f steps/s", c["backend"],
                  c["num_workers"], c["batch_size"], " overwork" if c.get("overwork") else "", sps)
-    sps, best = max(results, key=lambda r: r[0])
+    sps, best = max(zip(rates, options, strict=True), key=lambda r: r[0])
     log.info("vec=auto picked %s (%.0f steps/s)", best, sps)
     return dict(best)

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import psutil
 import pytest
 import torch
+from gymnasium.utils import EzPickle
 
+import puffer.vector
 from puffer import checkpoint
 from puffer.checkpoint import CheckpointError
+from puffer.emulation import GymnasiumPufferEnv
 from puffer.loggers import read_metrics
 from puffer.run import run
 
@@ -43,6 +49,44 @@ def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path
     final = "epoch_000008.pt"
     assert torch.equal(params(tmp_path / "full" / "checkpoints" / final),
                        params(tmp_path / "resumed" / "checkpoints" / final))
+
+
+class Rebuilt(gym.Env, EzPickle):
+    """Like ALE, MuJoCo or Box2D envs: unpickling builds a new env from the arguments."""
+
+    observation_space = gym.spaces.Box(0, 1e6, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        EzPickle.__init__(self)
+        self.t = 0
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t, np.float32), 0.0, False, False, {}
+
+
+def test_envs_that_pickle_as_their_arguments_are_not_saved_as_if_mid_episode(caplog):
+    env = Rebuilt()
+    env.step(0)
+    assert pickle.loads(pickle.dumps(env)).t == 0  # what a saved state would have resumed
+
+    def wrapped():
+        return GymnasiumPufferEnv(env=gym.wrappers.TimeLimit(Rebuilt(), 100))
+
+    with puffer.vector.make(wrapped, num_envs=2) as vec:
+        vec.reset(0)
+        vec.step(np.zeros(2, int))
+        with caplog.at_level("WARNING", logger="puffer.vector.serial"):
+            assert vec.get_state() is None
+        assert "Rebuilt pickles as its constructor arguments" in caplog.text
+    with puffer.vector.make(lambda: GymnasiumPufferEnv(env=gym.make("CartPole-v1"))) as vec:
+        vec.reset(0)
+        assert vec.get_state() is not None  # plain envs keep their mid-episode state
 
 
 def test_resume_latest_finds_the_newest_checkpoint(tmp_path):

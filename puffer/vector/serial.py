@@ -94,6 +94,12 @@ class Serial(VecEnv):
 
     def get_state(self) -> dict | None:
         """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers."""
+        rebuilt = next(filter(None, map(_pickled_by_arguments, self.envs)), None)
+        if rebuilt is not None:
+            log.warning("%s pickles as its constructor arguments (gymnasium/pettingzoo EzPickle), "
+                        "which would resume a fresh game as if mid-episode; a resume will restart "
+                        "the envs from their seeds instead", rebuilt)
+            return None
         try:
             envs = pickle.dumps(self.envs)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
@@ -121,3 +127,19 @@ class Serial(VecEnv):
             for group in self.groups:
                 group.close()
         super().close()
+
+
+def _pickled_by_arguments(env) -> str | None:
+    """The name of an EzPickle layer in env's wrapper chain, if any: such an env unpickles by
+    being built anew from its constructor arguments (ALE, MuJoCo, Box2D, most PettingZoo
+    envs), so a pickled copy has lost the episode in progress."""
+    from gymnasium.utils import EzPickle
+
+    layer, seen = env, set()
+    while layer is not None and id(layer) not in seen:
+        if isinstance(layer, EzPickle):
+            return type(layer).__name__
+        seen.add(id(layer))
+        layer = getattr(layer, "env", None) or getattr(layer, "aec_env", None)
+    return None
+

@@ -199,9 +199,9 @@ class PPO:
         truncations, masks)). Usually one group; envs of several workers can arrive together at
         different steps when those workers were sent at different times."""
         obs, rewards, terminals, truncations, _, env_ids, masks = received
-        per_row = (obs, rewards, terminals, truncations, masks)
+        per_row, env_ids = (obs, rewards, terminals, truncations, masks), np.asarray(env_ids)
         n = self.vecenv.agents_per_env
-        steps = self._ptr[np.asarray(env_ids) * n]  # an env's rows always move together
+        steps = self._ptr[env_ids * n]  # an env's rows always move together
         if (steps == steps[0]).all():
             yield self._rows(env_ids), per_row
             return

@@ -109,8 +109,9 @@ def make_env(game: str, sticky_actions: float = 0.25, frame_skip: int = 4, noop_
     try:
         # obs_type grayscale: AtariPreprocessing reads the screen itself, so the base env's own
         # observation is thrown away; grayscale is the cheapest one to make (~10% of a step).
-        env = gym.make(env_id, frameskip=1, repeat_action_probability=sticky_actions, obs_type="grayscale",
-                       max_num_frames_per_episode=max_episode_steps, render_mode=render_mode)
+        env = gym.make(env_id, frameskip=1, repeat_action_probability=sticky_actions,
+                       obs_type="grayscale", max_num_frames_per_episode=max_episode_steps,
+                       render_mode=render_mode)
     except gym.error.Error as exc:
         raise ConfigError(f"env.game={game!r}: ALE has no {env_id} ({exc})") from exc
     env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size)

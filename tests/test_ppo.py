@@ -148,7 +148,8 @@ class StepCounter(gym.Env):
 
 @pytest.mark.parametrize("backend", ["multiprocessing", "serial"])
 def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_order(backend):
-    # 4 workers, 2 per recv: a batch can join workers that were sent at different times
+    # Multiprocessing: 4 workers, 2 per recv, so a batch can join workers that were sent at
+    # different times; Serial: its batches in turn
     workers = {"num_workers": 4, "overwork": True} if backend == "multiprocessing" else {}
     vec = puffer.vector.make(lambda: GymnasiumPufferEnv(env=StepCounter()), num_envs=4,
                              batch_size=2, backend=backend, **workers)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 class ConfigError(ValueError):
@@ -229,7 +229,14 @@ class RunConfig:
     checkpoint: str | None = None
 
 
+def half(n: int) -> int:
+    """`${half:${vec.num_envs}}` in a config: half the envs, e.g. async half batches that
+    follow a `vec.num_envs=...` override."""
+    return int(n) // 2
+
+
 def register() -> None:
+    OmegaConf.register_new_resolver("half", half, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for name, node in {

@@ -22,6 +22,11 @@ def test_game_configs_compose_with_the_cnn_and_cleanrl_settings(make_cfg, game):
     assert (t.learning_rate, t.clip_coef, t.ent_coef, t.gamma, t.gae_lambda) == (2.5e-4, 0.1, 0.01, 0.99, 0.95)
 
 
+def test_atari_steps_half_batches_that_follow_num_envs(make_cfg):
+    assert make_cfg("env=atari/breakout").vec.batch_size == 4
+    assert make_cfg("env=atari/breakout", "vec.num_envs=16").vec.batch_size == 8
+
+
 def test_any_game_by_name_and_ids(make_cfg):
     assert make_cfg("env=atari/game", "env.game=ms_pacman").env.game == "ms_pacman"
     assert game_id("space_invaders") == "ALE/SpaceInvaders-v5"

@@ -474,9 +474,12 @@ class PPO:
         rollout = state.get("rollout")
         if rollout is None:
             return
-        if rollout["env_state"] is None:
-            log.warning("the checkpoint holds no env state (backend %s); envs restart from their "
-                        "seeds", type(self.vecenv).__name__)
+        env_state = rollout["env_state"]
+        backend = type(self.vecenv).__name__.lower()
+        if env_state is None or env_state.get("backend", "serial") != backend:
+            log.warning("the checkpoint holds no env state for backend %s (it has %s); envs restart "
+                        "from their seeds", backend,
+                        "none" if env_state is None else env_state.get("backend", "serial"))
             return
         self.vecenv.set_state(rollout["env_state"])
         self._prev_done = rollout["prev_done"].copy()

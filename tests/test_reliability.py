@@ -34,13 +34,16 @@ def params(path: Path) -> torch.Tensor:
     return torch.cat([v.flatten() for v in state.values()])
 
 
-def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path):
-    run(make_cfg(*SMALL, "train.checkpoint_interval=4", "train.keep_checkpoints=0"), tmp_path / "full")
+@pytest.mark.parametrize("vec", ["serial", "multiprocessing"])
+def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path, vec):
+    run(make_cfg(*SMALL, f"vec={vec}", "train.checkpoint_interval=4", "train.keep_checkpoints=0"),
+        tmp_path / "full")
     full = read_metrics(tmp_path / "full" / "metrics.jsonl")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000004.pt"
     assert middle.exists()
+    assert torch.load(middle, weights_only=False)["rollout"]["env_state"]["backend"] == vec
 
-    run(make_cfg(*SMALL, f"resume={middle}"), tmp_path / "resumed")
+    run(make_cfg(*SMALL, f"vec={vec}", f"resume={middle}"), tmp_path / "resumed")
     resumed = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
     assert [r["global_step"] for r in resumed] == [r["global_step"] for r in full[4:]]
     losses = ["train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl"]
@@ -81,12 +84,28 @@ def test_envs_that_pickle_as_their_arguments_are_not_saved_as_if_mid_episode(cap
     with puffer.vector.make(wrapped, num_envs=2) as vec:
         vec.reset(0)
         vec.step(np.zeros(2, int))
-        with caplog.at_level("WARNING", logger="puffer.vector.serial"):
+        with caplog.at_level("WARNING", logger="puffer.vector"):
+            assert vec.get_state() is None
+        assert "Rebuilt pickles as its constructor arguments" in caplog.text
+    caplog.clear()
+    with puffer.vector.make(wrapped, num_envs=2, backend="multiprocessing", num_workers=1) as vec:
+        vec.reset(0)
+        with caplog.at_level("WARNING", logger="puffer.vector"):
             assert vec.get_state() is None
         assert "Rebuilt pickles as its constructor arguments" in caplog.text
     with puffer.vector.make(lambda: GymnasiumPufferEnv(env=gym.make("CartPole-v1"))) as vec:
         vec.reset(0)
         assert vec.get_state() is not None  # plain envs keep their mid-episode state
+
+
+def test_resuming_on_another_backend_restarts_the_envs_from_their_seeds(make_cfg, tmp_path, caplog):
+    run(make_cfg(*SMALL, "train.total_timesteps=1024"), tmp_path / "serial")
+    saved = tmp_path / "serial" / "checkpoints" / "epoch_000002.pt"
+    with caplog.at_level("WARNING", logger="puffer.ppo"):
+        metrics = run(make_cfg(*SMALL, "vec=multiprocessing", f"resume={saved}",
+                               "train.total_timesteps=2048"), tmp_path / "resumed")
+    assert "no env state for backend multiprocessing (it has serial)" in caplog.text
+    assert metrics["train/epoch"] == 4
 
 
 def test_resume_latest_finds_the_newest_checkpoint(tmp_path):

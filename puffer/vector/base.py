@@ -8,8 +8,10 @@ steps one group per batch in this process; Multiprocessing one group per worker,
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,8 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from puffer.emulation import Buffers, PufferEnv
+
+log = logging.getLogger(__name__)
 
 
 class EnvError(RuntimeError):
@@ -161,7 +165,7 @@ class VecEnv:
     def close(self) -> None:
         self._closed = True
 
-    # -- checkpointing the envs themselves (Serial only; see Serial.get_state) ----------------
+    # -- checkpointing the envs themselves (Serial, Multiprocessing) ---------------------------
     def get_state(self) -> dict | None:
         """The envs mid-episode, for a bitwise resume; None where the backend can't capture it."""
         return None
@@ -236,3 +240,40 @@ def rows_of(ids, rows_per_id: int) -> slice | np.ndarray:
     if ids[-1] - ids[0] + 1 == len(ids):
         return slice(int(ids[0]) * rows_per_id, (int(ids[-1]) + 1) * rows_per_id)
     return (ids[:, None] * rows_per_id + np.arange(rows_per_id)).reshape(-1)
+
+
+def pickled_by_arguments(env) -> str | None:
+    """The name of an EzPickle layer in env's wrapper chain, if any: such an env unpickles by
+    being built anew from its constructor arguments (ALE, MuJoCo, Box2D, most PettingZoo
+    envs), so a pickled copy has lost the episode in progress."""
+    from gymnasium.utils import EzPickle
+
+    layer, seen = env, set()
+    while layer is not None and id(layer) not in seen:
+        if isinstance(layer, EzPickle):
+            return type(layer).__name__
+        seen.add(id(layer))
+        layer = getattr(layer, "env", None) or getattr(layer, "aec_env", None)
+    return None
+
+
+def warn_if_rebuilt(env) -> bool:
+    """Warn and return True when env pickles as its constructor arguments (see
+    `pickled_by_arguments`): its state can't be checkpointed by pickling it."""
+    layer = pickled_by_arguments(env)
+    if layer is not None:
+        log.warning("%s pickles as its constructor arguments (gymnasium/pettingzoo EzPickle), which "
+                    "would resume a fresh game as if mid-episode; a resume will restart the envs "
+                    "from their seeds instead", layer)
+    return layer is not None
+
+
+def snapshot(buffers) -> dict[str, np.ndarray]:
+    """Copies of every buffer (observations the next step starts from, masks, ...)."""
+    return {f.name: getattr(buffers, f.name).copy() for f in fields(buffers)}
+
+
+def restore(buffers, saved: dict[str, np.ndarray]) -> None:
+    for name, value in saved.items():
+        getattr(buffers, name)[...] = value
+

@@ -20,6 +20,7 @@ import ctypes
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import select
 import signal
 import time
@@ -35,13 +36,16 @@ from puffer.vector.base import (
     VecEnv,
     build_envs,
     prepare_workers,
+    restore,
     rows_of,
+    snapshot,
+    warn_if_rebuilt,
 )
 
 log = logging.getLogger(__name__)
 
 # Command words (main -> worker) and state words (worker -> main).
-IDLE, RESET, STEP, CLOSE = 0, 1, 2, 3
+IDLE, RESET, STEP, CLOSE, SAVE, LOAD = 0, 1, 2, 3, 4, 5
 BUSY, READY, ERROR = 0, 1, 2
 
 
@@ -105,9 +109,16 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
         command = commands[worker_id]
         if command == CLOSE:
             break
+        if command == SAVE:
+            finish(READY, [_pickled_envs(group.envs)])
+            continue
         try:
             if command == RESET:
                 infos = group.reset(int(seeds[0]) if seeds[1] else None)
+            elif command == LOAD:  # the saved envs replace ours, writing into the same rows
+                envs = pickle.loads(messages.recv_bytes())
+                group.close()
+                group, infos = EnvGroup(envs, first, buffers, agents_per_env), []
             else:
                 infos = group.step(actions)
         except Exception:
@@ -115,6 +126,15 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
             continue
         finish(READY, infos or None)
     group.close()
+
+
+def _pickled_envs(envs) -> dict:
+    """A worker's envs for a checkpoint: {"envs": bytes}, or {"envs": None, "why": ...} when
+    they don't pickle (the run goes on; a resume restarts them from their seeds)."""
+    try:
+        return {"envs": pickle.dumps(envs)}
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        return {"envs": None, "why": repr(exc)}
 
 
 class Multiprocessing(VecEnv):
@@ -160,8 +180,9 @@ class Multiprocessing(VecEnv):
         self._done = ctx.Semaphore(0)
         self._tokens = 0  # `done` releases taken minus workers claimed (see _claim)
         self._go = [ctx.Semaphore(0) for _ in range(num_workers)]
-        pipes = [ctx.Pipe(duplex=False) for _ in range(num_workers)]  # (reader, writer)
-        self._messages = [reader for reader, _ in pipes]
+        # (ours, the worker's): infos and errors come back on it, saved envs go out (LOAD)
+        pipes = [ctx.Pipe(duplex=True) for _ in range(num_workers)]
+        self._messages = [ours for ours, _ in pipes]
         self._processes = []
         per = self.envs_per_worker
         for w in range(num_workers):
@@ -172,7 +193,7 @@ class Multiprocessing(VecEnv):
                       self.agents_per_env, self.worker_spin_s),
             )
             process.start()
-            pipes[w][1].close()  # the worker holds the writing end now
+            pipes[w][1].close()  # the worker holds its end now
             self._processes.append(process)
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._commands,
                                            self._go, self._messages)
@@ -235,6 +256,39 @@ class Multiprocessing(VecEnv):
                                   for w in workers])
         obs, rewards, terminals, truncations, masks = out
         return obs, rewards, terminals, truncations, infos, env_ids, masks
+
+    def get_state(self) -> dict | None:
+        """Every worker's envs, pickled there, and a copy of the shared buffers; None (with a
+        warning) when they can't be captured. Call it between rollouts, with no worker stepping."""
+        if warn_if_rebuilt(self.driver_env):
+            return None
+        if self._in_flight:
+            log.warning("workers %s are stepping, so their envs can't be saved; a resume will "
+                        "restart the envs from their seeds", sorted(self._in_flight))
+            return None
+        self._dispatch(range(self.num_workers), SAVE)
+        _, replies = self._wait(self.num_workers)  # in worker order
+        problems = [reply["why"] for reply in replies if reply["envs"] is None]
+        if problems:
+            log.warning("cannot pickle the envs (%s); a resume will restart them from their seeds",
+                        problems[0])
+            return None
+        return {"backend": "multiprocessing", "workers": [reply["envs"] for reply in replies],
+                "buffers": snapshot(self.buffers)}
+
+    def set_state(self, state: dict) -> None:
+        saved = state["workers"]
+        if len(saved) != self.num_workers:
+            raise ValueError(f"the saved state has {len(saved)} workers, this vector env "
+                             f"{self.num_workers}")
+        self._wait(len(self._in_flight))  # drain anything still stepping
+        self._dispatch(range(self.num_workers), LOAD)
+        for w, envs in enumerate(saved):
+            self._messages[w].send_bytes(envs)
+        self._wait(self.num_workers)
+        restore(self.buffers, state["buffers"])
+        # as after a recv() of every worker: the restored observations await their actions
+        self._received, self._idle = None, set(range(self.num_workers))
 
     def close(self) -> None:
         if not self._closed:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import pickle
 from collections import deque
-from dataclasses import fields
 
 import numpy as np
 
@@ -18,6 +17,9 @@ from puffer.vector.base import (
     as_creators,
     build_envs,
     check_puffer_env,
+    restore,
+    snapshot,
+    warn_if_rebuilt,
 )
 
 log = logging.getLogger(__name__)
@@ -94,19 +96,14 @@ class Serial(VecEnv):
 
     def get_state(self) -> dict | None:
         """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers."""
-        rebuilt = next(filter(None, map(_pickled_by_arguments, self.envs)), None)
-        if rebuilt is not None:
-            log.warning("%s pickles as its constructor arguments (gymnasium/pettingzoo EzPickle), "
-                        "which would resume a fresh game as if mid-episode; a resume will restart "
-                        "the envs from their seeds instead", rebuilt)
+        if any(warn_if_rebuilt(env) for env in self.envs):
             return None
         try:
             envs = pickle.dumps(self.envs)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             log.warning("cannot pickle the envs (%r); a resume will restart them from their seeds", exc)
             return None
-        buffers = {f.name: getattr(self.buffers, f.name).copy() for f in fields(self.buffers)}
-        return {"envs": envs, "buffers": buffers}
+        return {"backend": "serial", "envs": envs, "buffers": snapshot(self.buffers)}
 
     def set_state(self, state: dict) -> None:
         envs = pickle.loads(state["envs"])
@@ -118,8 +115,7 @@ class Serial(VecEnv):
         self._group_envs()
         # as after a recv() of every batch: the restored observations await their actions
         self._sent, self._idle = deque(), set(range(len(self.groups)))
-        for name, saved in state["buffers"].items():
-            getattr(self.buffers, name)[...] = saved
+        restore(self.buffers, state["buffers"])
         self.driver_env = envs[0]
 
     def close(self) -> None:
@@ -127,19 +123,4 @@ class Serial(VecEnv):
             for group in self.groups:
                 group.close()
         super().close()
-
-
-def _pickled_by_arguments(env) -> str | None:
-    """The name of an EzPickle layer in env's wrapper chain, if any: such an env unpickles by
-    being built anew from its constructor arguments (ALE, MuJoCo, Box2D, most PettingZoo
-    envs), so a pickled copy has lost the episode in progress."""
-    from gymnasium.utils import EzPickle
-
-    layer, seen = env, set()
-    while layer is not None and id(layer) not in seen:
-        if isinstance(layer, EzPickle):
-            return type(layer).__name__
-        seen.add(id(layer))
-        layer = getattr(layer, "env", None) or getattr(layer, "aec_env", None)
-    return None
 

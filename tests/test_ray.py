@@ -61,6 +61,25 @@ def test_ray_worker_error_carries_the_env_traceback(local_ray):
             vec.step(np.zeros(2, int))
 
 
+@pytest.mark.parametrize("backend", ["ray", "multiprocessing"])
+def test_worker_backends_restore_saved_envs_mid_episode(local_ray, backend):
+    actions = np.random.default_rng(0).integers(0, 2, (60, 4))
+    with puffer.vector.make(cartpole, num_envs=4, num_workers=2, backend=backend) as vec:
+        vec.reset(0)
+        for a in actions[:20]:
+            vec.step(a)
+        state = vec.get_state()
+        expected = [vec.step(a)[0].copy() for a in actions[20:]]
+    with puffer.vector.make(cartpole, num_envs=4, num_workers=2, backend=backend, seed=99) as vec:
+        vec.reset(99)  # other episodes entirely, until the saved ones are loaded
+        vec.set_state(state)
+        np.testing.assert_array_equal(vec.current()[0], state["buffers"]["observations"])
+        got = [vec.step(a)[0].copy() for a in actions[20:]]
+    assert state["backend"] == backend
+    for a, b in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_auto_measures_every_candidate_and_keeps_the_fastest(caplog):
     assert {"backend": "serial", "num_workers": None, "batch_size": None} in candidates(8)
     assert {"backend": "multiprocessing", "num_workers": 2, "batch_size": 4} in candidates(8)

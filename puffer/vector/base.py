@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
@@ -266,6 +267,34 @@ def warn_if_rebuilt(env) -> bool:
                     "would resume a fresh game as if mid-episode; a resume will restart the envs "
                     "from their seeds instead", layer)
     return layer is not None
+
+
+def pickled_envs(envs) -> dict:
+    """A worker's envs for a checkpoint: {"envs": bytes}, or {"envs": None, "why": ...} when
+    they don't pickle (the run goes on; a resume restarts them from their seeds)."""
+    try:
+        return {"envs": pickle.dumps(envs)}
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        return {"envs": None, "why": repr(exc)}
+
+
+def workers_state(backend: str, replies: list[dict], buffers) -> dict | None:
+    """The saved state of a worker backend from each worker's `pickled_envs` reply (in worker
+    order) and its buffers; None, with a warning, when some worker's envs did not pickle."""
+    problems = [reply["why"] for reply in replies if reply["envs"] is None]
+    if problems:
+        log.warning("cannot pickle the envs (%s); a resume will restart them from their seeds",
+                    problems[0])
+        return None
+    return {"backend": backend, "workers": [reply["envs"] for reply in replies],
+            "buffers": snapshot(buffers)}
+
+
+def check_saved_workers(state: dict, num_workers: int) -> list[bytes]:
+    saved = state["workers"]
+    if len(saved) != num_workers:
+        raise ValueError(f"the saved state has {len(saved)} workers, this vector env {num_workers}")
+    return saved
 
 
 def snapshot(buffers) -> dict[str, np.ndarray]:

@@ -35,11 +35,13 @@ from puffer.vector.base import (
     EnvGroup,
     VecEnv,
     build_envs,
+    check_saved_workers,
+    pickled_envs,
     prepare_workers,
     restore,
     rows_of,
-    snapshot,
     warn_if_rebuilt,
+    workers_state,
 )
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
         if command == CLOSE:
             break
         if command == SAVE:
-            finish(READY, [_pickled_envs(group.envs)])
+            finish(READY, [pickled_envs(group.envs)])
             continue
         try:
             if command == RESET:
@@ -126,15 +128,6 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
             continue
         finish(READY, infos or None)
     group.close()
-
-
-def _pickled_envs(envs) -> dict:
-    """A worker's envs for a checkpoint: {"envs": bytes}, or {"envs": None, "why": ...} when
-    they don't pickle (the run goes on; a resume restarts them from their seeds)."""
-    try:
-        return {"envs": pickle.dumps(envs)}
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        return {"envs": None, "why": repr(exc)}
 
 
 class Multiprocessing(VecEnv):
@@ -268,19 +261,10 @@ class Multiprocessing(VecEnv):
             return None
         self._dispatch(range(self.num_workers), SAVE)
         _, replies = self._wait(self.num_workers)  # in worker order
-        problems = [reply["why"] for reply in replies if reply["envs"] is None]
-        if problems:
-            log.warning("cannot pickle the envs (%s); a resume will restart them from their seeds",
-                        problems[0])
-            return None
-        return {"backend": "multiprocessing", "workers": [reply["envs"] for reply in replies],
-                "buffers": snapshot(self.buffers)}
+        return workers_state("multiprocessing", replies, self.buffers)
 
     def set_state(self, state: dict) -> None:
-        saved = state["workers"]
-        if len(saved) != self.num_workers:
-            raise ValueError(f"the saved state has {len(saved)} workers, this vector env "
-                             f"{self.num_workers}")
+        saved = check_saved_workers(state, self.num_workers)
         self._wait(len(self._in_flight))  # drain anything still stepping
         self._dispatch(range(self.num_workers), LOAD)
         for w, envs in enumerate(saved):
@@ -288,7 +272,7 @@ class Multiprocessing(VecEnv):
         self._wait(self.num_workers)
         restore(self.buffers, state["buffers"])
         # as after a recv() of every worker: the restored observations await their actions
-        self._received, self._idle = None, set(range(self.num_workers))
+        self._received, self._idle = list(range(self.num_workers)), set(range(self.num_workers))
 
     def close(self) -> None:
         if not self._closed:

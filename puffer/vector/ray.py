@@ -9,6 +9,7 @@ the same async batches, over `ray.wait`. Needs the ray extra: pip install 'puffe
 from __future__ import annotations
 
 import logging
+import pickle
 
 import numpy as np
 
@@ -18,8 +19,13 @@ from puffer.vector.base import (
     VecConfigError,
     VecEnv,
     build_envs,
+    check_saved_workers,
+    pickled_envs,
     prepare_workers,
+    restore,
     rows_of,
+    warn_if_rebuilt,
+    workers_state,
 )
 from puffer.vector.multiprocessing import WorkerError
 
@@ -31,8 +37,16 @@ class _Worker:
 
     def __init__(self, creators, env_args, env_kwargs, first: int, agents_per_env: int):
         envs = build_envs(creators, env_args, env_kwargs, first)
+        self.first, self.agents_per_env = first, agents_per_env
         self.buffers = Buffers.allocate(envs[0].single_observation_space, len(envs) * agents_per_env)
         self.group = EnvGroup(envs, first, self.buffers, agents_per_env)
+
+    def save(self) -> dict:
+        return pickled_envs(self.group.envs)
+
+    def load(self, envs: bytes) -> None:
+        self.group.close()
+        self.group = EnvGroup(pickle.loads(envs), self.first, self.buffers, self.agents_per_env)
 
     def ready(self) -> bool:
         return True
@@ -140,6 +154,28 @@ class Ray(VecEnv):
                                   for w in workers])
         return (b.observations[rows], b.rewards[rows], b.terminals[rows], b.truncations[rows],
                 infos, env_ids, b.masks[rows])
+
+    def get_state(self) -> dict | None:
+        """Every actor's envs, pickled there, and a copy of the buffers; None (with a warning)
+        when they can't be captured. Call it between rollouts, with no actor stepping."""
+        if warn_if_rebuilt(self.driver_env):
+            return None
+        if self._pending:
+            log.warning("ray workers %s are stepping, so their envs can't be saved; a resume will "
+                        "restart the envs from their seeds", sorted(self._pending.values()))
+            return None
+        refs = [actor.save.remote() for actor in self._actors]
+        return workers_state("ray", [self._get(ref, w) for w, ref in enumerate(refs)], self.buffers)
+
+    def set_state(self, state: dict) -> None:
+        saved = check_saved_workers(state, self.num_workers)
+        self._drain()
+        self._pending = {actor.load.remote(envs): w
+                         for w, (actor, envs) in enumerate(zip(self._actors, saved, strict=True))}
+        self._drain()
+        restore(self.buffers, state["buffers"])
+        # as after a recv() of every worker: the restored observations await their actions
+        self._received, self._idle = list(range(self.num_workers)), set(range(self.num_workers))
 
     def _get(self, ref, w: int):
         try:

@@ -476,12 +476,12 @@ class PPO:
             return
         env_state = rollout["env_state"]
         backend = type(self.vecenv).__name__.lower()
-        if env_state is None or env_state.get("backend", "serial") != backend:
+        saved = "none" if env_state is None else env_state.get("backend", "serial")
+        if saved != backend:
             log.warning("the checkpoint holds no env state for backend %s (it has %s); envs restart "
-                        "from their seeds", backend,
-                        "none" if env_state is None else env_state.get("backend", "serial"))
+                        "from their seeds", backend, saved)
             return
-        self.vecenv.set_state(rollout["env_state"])
+        self.vecenv.set_state(env_state)
         self._prev_done = rollout["prev_done"].copy()
         self._before_done = rollout["before_done"].copy()
         if self.recurrent:

@@ -166,7 +166,7 @@ class VecEnv:
     def close(self) -> None:
         self._closed = True
 
-    # -- checkpointing the envs themselves (Serial, Multiprocessing) ---------------------------
+    # -- checkpointing the envs themselves (see puffer.vector.base.workers_state) ----------
     def get_state(self) -> dict | None:
         """The envs mid-episode, for a bitwise resume; None where the backend can't capture it."""
         return None
@@ -258,29 +258,33 @@ def pickled_by_arguments(env) -> str | None:
     return None
 
 
-def warn_if_rebuilt(env) -> bool:
-    """Warn and return True when env pickles as its constructor arguments (see
-    `pickled_by_arguments`): its state can't be checkpointed by pickling it."""
-    layer = pickled_by_arguments(env)
-    if layer is not None:
-        log.warning("%s pickles as its constructor arguments (gymnasium/pettingzoo EzPickle), which "
-                    "would resume a fresh game as if mid-episode; a resume will restart the envs "
-                    "from their seeds instead", layer)
-    return layer is not None
-
-
 def pickled_envs(envs) -> dict:
-    """A worker's envs for a checkpoint: {"envs": bytes}, or {"envs": None, "why": ...} when
-    they don't pickle (the run goes on; a resume restarts them from their seeds)."""
+    """Envs for a checkpoint: {"envs": bytes}, or {"envs": None, "why": ...} when pickling
+    would not keep them mid-episode (an EzPickle layer) or fails (the run goes on; a resume
+    restarts them from their seeds)."""
+    for env in envs:
+        layer = pickled_by_arguments(env)
+        if layer is not None:
+            return {"envs": None, "why": f"{layer} pickles as its constructor arguments "
+                    "(gymnasium/pettingzoo EzPickle), which would resume a fresh game as if "
+                    "mid-episode"}
     try:
         return {"envs": pickle.dumps(envs)}
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         return {"envs": None, "why": repr(exc)}
 
 
+def stepping(workers) -> bool:
+    """Warn and return True when some workers are stepping: their envs can't be saved now."""
+    if workers:
+        log.warning("workers %s are stepping, so their envs can't be saved; a resume will "
+                    "restart the envs from their seeds", sorted(workers))
+    return bool(workers)
+
+
 def workers_state(backend: str, replies: list[dict], buffers) -> dict | None:
-    """The saved state of a worker backend from each worker's `pickled_envs` reply (in worker
-    order) and its buffers; None, with a warning, when some worker's envs did not pickle."""
+    """The saved state of a backend from each worker's `pickled_envs` reply (in worker order;
+    Serial is one worker) and its buffers; None, with a warning, when some envs did not pickle."""
     problems = [reply["why"] for reply in replies if reply["envs"] is None]
     if problems:
         log.warning("cannot pickle the envs (%s); a resume will restart them from their seeds",
@@ -291,7 +295,8 @@ def workers_state(backend: str, replies: list[dict], buffers) -> dict | None:
 
 
 def check_saved_workers(state: dict, num_workers: int) -> list[bytes]:
-    saved = state["workers"]
+    # Serial checkpoints written before the backends shared this format hold "envs"
+    saved = state["workers"] if "workers" in state else [state["envs"]]
     if len(saved) != num_workers:
         raise ValueError(f"the saved state has {len(saved)} workers, this vector env {num_workers}")
     return saved
@@ -305,4 +310,3 @@ def snapshot(buffers) -> dict[str, np.ndarray]:
 def restore(buffers, saved: dict[str, np.ndarray]) -> None:
     for name, value in saved.items():
         getattr(buffers, name)[...] = value
-

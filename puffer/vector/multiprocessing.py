@@ -40,7 +40,7 @@ from puffer.vector.base import (
     prepare_workers,
     restore,
     rows_of,
-    warn_if_rebuilt,
+    stepping,
     workers_state,
 )
 
@@ -253,11 +253,7 @@ class Multiprocessing(VecEnv):
     def get_state(self) -> dict | None:
         """Every worker's envs, pickled there, and a copy of the shared buffers; None (with a
         warning) when they can't be captured. Call it between rollouts, with no worker stepping."""
-        if warn_if_rebuilt(self.driver_env):
-            return None
-        if self._in_flight:
-            log.warning("workers %s are stepping, so their envs can't be saved; a resume will "
-                        "restart the envs from their seeds", sorted(self._in_flight))
+        if stepping(self._in_flight):
             return None
         self._dispatch(range(self.num_workers), SAVE)
         _, replies = self._wait(self.num_workers)  # in worker order

@@ -24,7 +24,7 @@ from puffer.vector.base import (
     prepare_workers,
     restore,
     rows_of,
-    warn_if_rebuilt,
+    stepping,
     workers_state,
 )
 from puffer.vector.multiprocessing import WorkerError
@@ -158,11 +158,7 @@ class Ray(VecEnv):
     def get_state(self) -> dict | None:
         """Every actor's envs, pickled there, and a copy of the buffers; None (with a warning)
         when they can't be captured. Call it between rollouts, with no actor stepping."""
-        if warn_if_rebuilt(self.driver_env):
-            return None
-        if self._pending:
-            log.warning("ray workers %s are stepping, so their envs can't be saved; a resume will "
-                        "restart the envs from their seeds", sorted(self._pending.values()))
+        if stepping(set(self._pending.values())):
             return None
         refs = [actor.save.remote() for actor in self._actors]
         return workers_state("ray", [self._get(ref, w) for w, ref in enumerate(refs)], self.buffers)

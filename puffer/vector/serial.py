@@ -3,7 +3,6 @@ deterministic, no processes, and the fastest when the env steps in microseconds.
 
 from __future__ import annotations
 
-import logging
 import pickle
 from collections import deque
 
@@ -17,12 +16,11 @@ from puffer.vector.base import (
     as_creators,
     build_envs,
     check_puffer_env,
+    check_saved_workers,
+    pickled_envs,
     restore,
-    snapshot,
-    warn_if_rebuilt,
+    workers_state,
 )
-
-log = logging.getLogger(__name__)
 
 
 class Serial(VecEnv):
@@ -95,18 +93,13 @@ class Serial(VecEnv):
         return obs, rewards, terminals, truncations, infos, self._batch_ids[k], masks
 
     def get_state(self) -> dict | None:
-        """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers."""
-        if any(warn_if_rebuilt(env) for env in self.envs):
-            return None
-        try:
-            envs = pickle.dumps(self.envs)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            log.warning("cannot pickle the envs (%r); a resume will restart them from their seeds", exc)
-            return None
-        return {"backend": "serial", "envs": envs, "buffers": snapshot(self.buffers)}
+        """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers, in the
+        worker backends' format with this process as the one worker."""
+        return workers_state("serial", [pickled_envs(self.envs)], self.buffers)
 
     def set_state(self, state: dict) -> None:
-        envs = pickle.loads(state["envs"])
+        (saved,) = check_saved_workers(state, 1)
+        envs = pickle.loads(saved)
         if len(envs) != self.num_envs:
             raise ValueError(f"the saved state has {len(envs)} envs, this vector env {self.num_envs}")
         for env in self.envs:

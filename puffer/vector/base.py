@@ -243,6 +243,16 @@ def rows_of(ids, rows_per_id: int) -> slice | np.ndarray:
     return (ids[:, None] * rows_per_id + np.arange(rows_per_id)).reshape(-1)
 
 
+def whole_groups(env_ids, per: int, what: str) -> list[int]:
+    """The groups of `per` consecutive envs (workers, Serial's batches) that `env_ids` names,
+    sorted; a ValueError unless it names every env of each."""
+    groups = sorted({int(e) // per for e in np.asarray(env_ids).ravel()})
+    if len(np.unique(env_ids)) != len(groups) * per:
+        raise ValueError(f"send(env_ids=...): must name the envs of whole {what} ({per} envs "
+                         f"each), got {list(env_ids)}")
+    return groups
+
+
 def pickled_by_arguments(env) -> str | None:
     """The name of an EzPickle layer in env's wrapper chain, if any: such an env unpickles by
     being built anew from its constructor arguments (ALE, MuJoCo, Box2D, most PettingZoo

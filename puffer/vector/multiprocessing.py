@@ -41,6 +41,7 @@ from puffer.vector.base import (
     restore,
     rows_of,
     stepping,
+    whole_groups,
     workers_state,
 )
 
@@ -216,11 +217,7 @@ class Multiprocessing(VecEnv):
                 raise RuntimeError("send() called before recv(): it steps the envs recv() returned")
             workers = self._received
         else:
-            workers = sorted({int(e) // self.envs_per_worker for e in np.asarray(env_ids).ravel()})
-            expected = len(workers) * self.envs_per_worker
-            if len(np.unique(env_ids)) != expected:
-                raise ValueError(f"send(env_ids=...): must name whole workers' envs "
-                                 f"({self.envs_per_worker} per worker), got {list(env_ids)}")
+            workers = whole_groups(env_ids, self.envs_per_worker, "workers")
         if not set(workers) <= self._idle:
             raise RuntimeError(f"send(): workers {sorted(set(workers) - self._idle)} are still "
                                "stepping; recv() them first")

@@ -25,6 +25,7 @@ from puffer.vector.base import (
     restore,
     rows_of,
     stepping,
+    whole_groups,
     workers_state,
 )
 from puffer.vector.multiprocessing import WorkerError
@@ -116,8 +117,8 @@ class Ray(VecEnv):
         self._idle, self._received = set(), None
 
     def send(self, actions, env_ids=None) -> None:
-        workers = self._received if env_ids is None else sorted(
-            {int(e) // self.envs_per_worker for e in np.asarray(env_ids).ravel()})
+        workers = (self._received if env_ids is None
+                   else whole_groups(env_ids, self.envs_per_worker, "workers"))
         if workers is None:
             raise RuntimeError("send() called before recv(): it steps the envs recv() returned")
         if not set(workers) <= self._idle:

@@ -19,6 +19,7 @@ from puffer.vector.base import (
     check_saved_workers,
     pickled_envs,
     restore,
+    whole_groups,
     workers_state,
 )
 
@@ -70,10 +71,7 @@ class Serial(VecEnv):
         if env_ids is None:
             batches = sorted(self._idle)
         else:
-            batches = sorted({int(e) // self.batch_size for e in np.asarray(env_ids).ravel()})
-            if len(np.unique(env_ids)) != len(batches) * self.batch_size:
-                raise ValueError(f"send(env_ids=...): must name whole batches ({self.batch_size} "
-                                 f"envs each), got {list(env_ids)}")
+            batches = whole_groups(env_ids, self.batch_size, "batches")
         if not batches or not set(batches) <= self._idle:
             raise RuntimeError("send() steps envs the last recv() returned; call recv() first")
         rows = self.batch_size * self.agents_per_env

@@ -146,17 +146,41 @@ def test_idle_workers_block_instead_of_spinning_while_the_learner_works():
     assert max(used) < 0.05, f"idle workers used {used} s of CPU in 1 s"
 
 
+class Sleepy(gym.Wrapper):
+    """A slow env: each step sleeps (an Atari step is milliseconds of emulation)."""
+
+    def __init__(self, env, seconds):
+        super().__init__(env)
+        self.seconds = seconds
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        return self.env.step(action)
+
+
+def sleepy_cartpole(seconds):
+    return GymnasiumPufferEnv(env=Sleepy(gym.make("CartPole-v1"), seconds))
+
+
+def test_main_process_blocks_instead_of_polling_while_a_slow_env_steps():
+    # A 5 ms polling window, so that polling would show: a slow env's step outlasts ten windows,
+    # and the main process must then block at once rather than hold a core for 5 ms a step.
+    creator = functools.partial(sleepy_cartpole, 0.06)
+    with Multiprocessing(creator, num_envs=2, num_workers=2, spin_us=5000) as vec:
+        vec.async_reset(0)
+        vec.recv()
+        vec.send(np.zeros(2, int))
+        vec.recv()  # the workers' first step tells how slow they are
+        started = time.process_time()
+        for _ in range(6):
+            vec.send(np.zeros(2, int))
+            vec.recv()
+        used = time.process_time() - started
+    assert used < 0.015, f"the main process used {used * 1e3:.1f} ms of CPU waiting 6 slow steps"
+
+
 def test_async_recv_returns_whichever_workers_finish_first():
-    class Slow(gym.Wrapper):
-        def step(self, action):
-            time.sleep(0.05)
-            return self.env.step(action)
-
-    def make(i):
-        env = gym.make("CartPole-v1")
-        return GymnasiumPufferEnv(env=Slow(env) if i == 0 else env)
-
-    creators = [functools.partial(make, i) for i in range(4)]
+    creators = [functools.partial(sleepy_cartpole, 0.05), cartpole, cartpole, cartpole]
     with Multiprocessing(creators, num_envs=4, num_workers=4, batch_size=1, start_method="fork",
                          overwork=True) as vec:
         vec.async_reset(0)

@@ -96,6 +96,13 @@ class PufferEnv:
     def outputs(self, infos) -> tuple:
         return self.observations, self.rewards, self.terminals, self.truncations, infos
 
+    def __setstate__(self, state: dict) -> None:
+        # Pickle turns views into arrays of their own: without this an unpickled env would write
+        # its observations into copies and return stale buffers.
+        self.__dict__.update(state)
+        if "buffers" in state:
+            self.set_buffers(self.buffers)
+
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, list[dict]]:
         raise NotImplementedError
 

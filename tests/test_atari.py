@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ pytest.importorskip("ale_py")
 from puffer.envs.atari import game_id, make, make_env  # noqa: E402
 from puffer.loggers import read_metrics  # noqa: E402
 from puffer.run import make_env_creator, run  # noqa: E402
+from puffer.vector.base import pickled_by_arguments  # noqa: E402
 
 
 @pytest.mark.parametrize("game", ["breakout", "pong", "beam_rider", "space_invaders"])
@@ -38,6 +41,23 @@ def test_preprocessed_observations_are_stacked_84x84_grayscale():
     obs, _ = env.reset(0)
     assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
     assert env.single_action_space.n == 4
+
+
+def test_a_pickled_game_plays_on_from_the_same_frame():
+    # checkpoints pickle the envs: ale-py's own pickling would start a fresh game
+    env = make("breakout")
+    env.reset(3)
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        env.step(rng.integers(0, 4, (1,)))
+    assert pickled_by_arguments(env) is None
+    copy = pickle.loads(pickle.dumps(env))
+    for _ in range(300):  # sticky actions draw from the emulator's RNG: it must come along
+        action = rng.integers(0, 4, (1,))
+        ours = [np.array(x, copy=True) for x in env.step(action)[:4]]
+        theirs = copy.step(action)[:4]
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_frames_match_the_baselines_preprocessing_of_the_rgb_screen():
@@ -109,3 +129,17 @@ def test_the_cnn_path_learns_from_pixels(make_cfg, tmp_path):
     torch.manual_seed(0)
     metrics = run(make_cfg("env=ocean/squares"), tmp_path)
     assert metrics["eval/return_mean"] >= 7.5  # random play: 2
+
+
+def test_a_resumed_atari_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path):
+    small = ["env=atari/breakout", "vec=serial", "vec.num_envs=2", "vec.batch_size=2",
+             "train.num_steps=32", "train.total_timesteps=256", "train.num_minibatches=2",
+             "train.update_epochs=1", "train.eval_episodes=0"]
+    run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    middle = tmp_path / "full" / "checkpoints" / "epoch_000002.pt"
+    assert torch.load(middle, weights_only=False)["rollout"]["env_state"] is not None  # saved mid-game
+    run(make_cfg(*small, f"resume={middle}"), tmp_path / "resumed")
+    full = read_metrics(tmp_path / "full" / "metrics.jsonl")[2:]
+    resumed = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
+    losses = ["train/policy_loss", "train/value_loss", "train/entropy"]
+    assert [[r[k] for k in losses] for r in resumed] == [[r[k] for k in losses] for r in full]

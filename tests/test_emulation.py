@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -237,6 +239,18 @@ def test_autoreset_on_the_next_step_keeps_the_final_observation():
     obs, rew, term, trunc, infos = env.step(np.array([1]))  # the action is ignored: reset
     assert rew[0] == 0 and not term[0] and not trunc[0] and infos == []
     assert np.abs(obs[0]).max() <= 0.05  # CartPole's reset distribution
+
+
+def test_an_unpickled_env_writes_into_its_own_buffers():
+    env = GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
+    env.reset(0)
+    env.step(np.array([1]))
+    copy = pickle.loads(pickle.dumps(env))
+    for action in [0, 1, 1, 0, 0]:
+        expected = env.step(np.array([action]))[0].copy()
+        obs = copy.step(np.array([action]))[0]
+        np.testing.assert_array_equal(obs, expected)
+        assert obs is copy.observations  # the buffer itself, not a stale copy of it
 
 
 def test_step_before_reset_is_an_error():

@@ -6,9 +6,16 @@ Stack, bottom to top: the ALE game (frameskip 1, sticky actions), gymnasium's At
 (a lost life ends the training episode) and sign-clipped rewards, `FireReset` where the game has
 FIRE, and FrameStackObservation(4). Evaluation builds the same stack without episodic life and
 clipping (conf: `env.eval_kwargs`). ale-py ships the ROMs; no download step.
+
+The stack pickles mid-episode (for checkpoints): the ALE game pickles its emulator state, where
+ale-py's own pickling (gymnasium's EzPickle) would rebuild a fresh game.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -91,6 +98,50 @@ class FireReset(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+@functools.cache
+def _resumable_atari_env_class() -> type:
+    """ale-py's AtariEnv as one that pickles mid-episode: its attributes and the emulator's
+    state, where ale-py's EzPickle pickles the constructor arguments and so rebuilds a fresh
+    game. Made on first use, so that ale_py (the atari extra) is imported only for Atari."""
+    from ale_py.env import AtariEnv
+
+    class ResumableAtariEnv(AtariEnv):
+        pickles_mid_episode = True  # read by puffer.vector.base.pickled_by_arguments
+
+        def __getstate__(self) -> dict[str, Any]:
+            state = {key: value for key, value in vars(self).items() if key != "ale"}
+            state["ale_state"] = self.ale.cloneState(include_rng=True)  # sticky actions' RNG too
+            return state
+
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            state = dict(state)
+            ale_state = state.pop("ale_state")
+            # a fresh emulator with the ROM loaded, then the game in progress restored into it
+            AtariEnv.__init__(self, *state["_ezpickle_args"], **state["_ezpickle_kwargs"])
+            vars(self).update(state)
+            self.ale.restoreState(ale_state)
+
+    ResumableAtariEnv.__qualname__ = ResumableAtariEnv.__name__  # pickled by this module's name
+    return ResumableAtariEnv
+
+
+def __getattr__(name: str):
+    # pickle finds the class as puffer.envs.atari.ResumableAtariEnv
+    if name == "ResumableAtariEnv":
+        return _resumable_atari_env_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def resumable_atari_env(**kwargs) -> gym.Env:
+    """The entry point of the ALE ids, as used by `make_env`."""
+    return _resumable_atari_env_class()(**kwargs)
+
+
+def clip_reward(reward: float) -> float:
+    """The sign of the reward (a named function: a lambda would not pickle)."""
+    return float(np.sign(reward))
+
+
 def game_id(game: str) -> str:
     """`breakout`, `Breakout`, `space_invaders` or a full `ALE/SpaceInvaders-v5` -> the ALE id."""
     if "/" in game:
@@ -109,7 +160,8 @@ def make_env(game: str, sticky_actions: float = 0.25, frame_skip: int = 4, noop_
     try:
         # obs_type grayscale: AtariPreprocessing reads the screen itself, so the base env's own
         # observation is thrown away; grayscale is the cheapest one to make (~10% of a step).
-        env = gym.make(env_id, frameskip=1, repeat_action_probability=sticky_actions,
+        spec = dataclasses.replace(gym.spec(env_id), entry_point=resumable_atari_env)
+        env = gym.make(spec, frameskip=1, repeat_action_probability=sticky_actions,
                        obs_type="grayscale", max_num_frames_per_episode=max_episode_steps,
                        render_mode=render_mode)
     except gym.error.Error as exc:
@@ -121,7 +173,7 @@ def make_env(game: str, sticky_actions: float = 0.25, frame_skip: int = 4, noop_
     if "FIRE" in env.unwrapped.get_action_meanings():
         env = FireReset(env)
     if clip_rewards:
-        env = TransformReward(env, lambda r: float(np.sign(r)))
+        env = TransformReward(env, clip_reward)
     return FrameStackObservation(env, frame_stack)
 
 

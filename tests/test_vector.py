@@ -146,6 +146,22 @@ def test_idle_workers_block_instead_of_spinning_while_the_learner_works():
     assert max(used) < 0.05, f"idle workers used {used} s of CPU in 1 s"
 
 
+def test_workers_stop_spinning_when_the_policy_is_slow():
+    # A 20 ms spin window, so that spinning would show. The "policy" takes 250 ms a batch: past
+    # ten windows, so after the first wait the workers block at once instead of spinning 20 ms.
+    with Multiprocessing(cartpole, num_envs=2, num_workers=2, worker_spin_us=20_000) as vec:
+        vec.async_reset(0)
+        workers = [psutil.Process(p.pid) for p in vec.processes]
+        vec.recv()
+        before = [sum(w.cpu_times()[:2]) for w in workers]
+        for _ in range(6):
+            time.sleep(0.25)
+            vec.send(np.zeros(2, int))
+            vec.recv()
+        used = [sum(w.cpu_times()[:2]) - b for w, b in zip(workers, before, strict=True)]
+    assert max(used) < 0.06, f"workers used {used} s of CPU over 6 slow batches (spinning: 0.12)"
+
+
 class Sleepy(gym.Wrapper):
     """A slow env: each step sleeps (an Atari step is milliseconds of emulation)."""
 

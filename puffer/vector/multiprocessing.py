@@ -5,9 +5,10 @@ worker's envs write their rows in place and the main process reads views of them
 the main process sets a worker's command word and releases that worker's semaphore; the worker
 steps, sets its state word to READY and releases one shared `done` semaphore. The main process
 polls the state words for a few microseconds (a CartPole step is that fast), then blocks on
-`done`: neither side spins for long, so workers never starve the learner of a core. The main
-process polls only while the workers' last steps were short (under ten polling windows): for a
-slow env (an Atari step is milliseconds) polling would only hold a core a worker is waiting for.
+`done`: neither side spins for long, so workers never starve the learner of a core. Each side
+polls only while its waits have been short (under ten polling windows): the main process while
+the workers' steps are (an Atari step is milliseconds), a worker while commands come quickly (a
+CNN policy takes milliseconds a batch). Otherwise polling only holds a core another process needs.
 
 With `batch_size < num_envs`, `recv()` returns the first workers that are ready (EnvPool-style)
 and `send()` steps exactly those. Infos and errors travel on a per-worker pipe, only when there
@@ -100,17 +101,22 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
         return
     finish(READY)
     tickets, seen = shared["tickets"], 0
+    idle_s = 0.0  # how long the last command took to come
     while True:
-        # Spin briefly for the next command: in a rollout it comes within microseconds, and a
-        # blocked process takes longer than a fast env's step to wake. Then block, so a worker
-        # never holds a core while the learner trains.
-        spin_until = time.perf_counter() + spin_s
+        # Spin briefly for the next command: with random actions it comes within microseconds,
+        # and a blocked process takes longer than a fast env's step to wake. Then block, so a
+        # worker never holds a core while the learner trains. Spin only while commands come
+        # quickly: when the policy takes milliseconds per batch (a CNN on CPU), a spinning
+        # worker holds a core that the main process or another worker needs.
+        waiting_since = time.perf_counter()
+        spin_until = waiting_since + (spin_s if idle_s < 10 * spin_s else 0.0)
         while tickets[worker_id] == seen and time.perf_counter() < spin_until:
             os.sched_yield()
         if not go.acquire(timeout=1.0):
             if os.getppid() != parent_pid:  # the main process is gone: don't linger as an orphan
                 break
             continue
+        idle_s = time.perf_counter() - waiting_since
         seen = int(tickets[worker_id])
         command = commands[worker_id]
         if command == CLOSE:

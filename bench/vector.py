@@ -6,8 +6,9 @@ Rows: one raw env in a loop, one raw loop per core in parallel processes (summed
 machine can step at that moment, with no vectorization at all), gymnasium SyncVectorEnv,
 gymnasium AsyncVectorEnv, puffer Serial, puffer Multiprocessing (defaults: synchronous,
 workers = cores), puffer Multiprocessing async (batch_size = num_envs / 2), the same with two
-workers per core (overwork), and what vec=auto picks (re-measured like the others). Every row is measured once per round, the rounds
-interleaved, and the best round kept: on a shared 2-core VM one measurement swings by 2x.
+workers per core (overwork), and what vec=auto picks (re-measured like the others). Every row
+is measured once per round, the rounds interleaved, and the best round kept: on a shared 2-core
+VM one measurement swings by 2x.
 Targets (2 cores): on Breakout, Multiprocessing >= 1.8x the raw env and >= 1.8x AsyncVectorEnv;
 on CartPole, Multiprocessing at its defaults >= 0.9x Serial; vec=auto within 10% of the best
 puffer row (the backends it chooses between).

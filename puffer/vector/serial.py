@@ -51,16 +51,14 @@ class Serial(VecEnv):
     def _group_envs(self) -> None:
         size, n = self.batch_size, self.agents_per_env
         firsts = range(0, self.num_envs, size)
-        self.groups = [EnvGroup(self.envs[first : first + size], first,
-                                self.buffers.rows(first * n, (first + size) * n), n)
-                       for first in firsts]
+        batches = [self.buffers.rows(first * n, (first + size) * n) for first in firsts]
+        self.groups = [EnvGroup(self.envs[first : first + size], first, rows, n)
+                       for first, rows in zip(firsts, batches, strict=True)]
         self._batch_ids = [np.arange(first, first + size) for first in firsts]
-        b = self.buffers
-        self._batch_views = [  # made once: slicing five arrays per recv() cost ~3% of
-            # Serial CartPole throughput (8 envs)
-            tuple(x[first * n : (first + size) * n]
-                  for x in (b.observations, b.rewards, b.terminals, b.truncations, b.masks))
-            for first in firsts]
+        # what recv() returns, made once: slicing five arrays per recv() cost ~3% of Serial
+        # CartPole throughput (8 envs)
+        self._batch_views = [(r.observations, r.rewards, r.terminals, r.truncations, r.masks)
+                             for r in batches]
 
     def async_reset(self, seed: int | None = None) -> None:
         seed = self.seed if seed is None else seed

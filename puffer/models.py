@@ -81,6 +81,12 @@ class ObsEncoder(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
+def _gumbel_max(logits: torch.Tensor) -> torch.Tensor:
+    """One categorical draw per row (keepdim): argmax of logits plus Gumbel noise, which is
+    -log of an Exp(1) draw (3x faster than torch.multinomial for a few rows)."""
+    return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1, keepdim=True)
+
+
 class ActionDist:
     """Sampling, log-probabilities, entropy and the deterministic action for one action space."""
 
@@ -116,11 +122,9 @@ class ActionDist:
         if not self.continuous:
             return self._sample_discrete(params)
         logits, mean, log_std = self._split(params)
-        parts, logprob = [], 0.0
+        parts = []
         if logits is not None:
-            for chunk in logits.split(self.nvec, dim=-1):
-                gumbel = -torch.log(-torch.log(torch.rand_like(chunk).clamp_(1e-20, 1.0)))
-                parts.append((chunk + gumbel).argmax(dim=-1, keepdim=True))
+            parts += [_gumbel_max(chunk) for chunk in logits.split(self.nvec, dim=-1)]
         if mean is not None:
             parts.append(mean + log_std.exp() * torch.randn_like(mean))
         action = self._join(parts)
@@ -134,8 +138,7 @@ class ActionDist:
         chunks = logits.split(self.nvec, dim=-1) if len(self.nvec) > 1 else (logits,)
         for chunk in chunks:
             log_p = torch.log_softmax(chunk, dim=-1)
-            # Gumbel-max: -log of an Exp(1) draw is a Gumbel draw (3x faster than multinomial)
-            choice = (log_p - torch.empty_like(log_p).exponential_().log()).argmax(-1, keepdim=True)
+            choice = _gumbel_max(log_p)
             parts.append(choice)
             chosen = log_p.gather(-1, choice).squeeze(-1)
             logprob = chosen if logprob is None else logprob + chosen

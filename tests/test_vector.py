@@ -87,6 +87,28 @@ def test_multiprocessing_steps_the_same_envs_as_serial(start_method):
         np.testing.assert_array_equal(a, b)
 
 
+class CountedCreator:
+    """An env creator that counts how often the main process pickles it."""
+
+    pickled = 0
+
+    def __call__(self):
+        return cartpole()
+
+    def __reduce__(self):
+        type(self).pickled += 1
+        return (CountedCreator, ())
+
+
+def test_spawned_workers_get_the_env_creator_pickled_once_each():
+    CountedCreator.pickled = 0
+    with Multiprocessing(CountedCreator(), num_envs=4, num_workers=2, start_method="spawn") as vec:
+        vec.reset(0)
+        for _ in range(20):
+            vec.step(vec.action_space.sample())
+    assert CountedCreator.pickled == 2  # once per worker: not per env, not per step
+
+
 def test_serial_batches_step_in_send_order_the_same_envs_as_all_at_once():
     actions = np.random.default_rng(0).integers(0, 2, (100, 4))
     with Serial(cartpole, num_envs=4) as whole:

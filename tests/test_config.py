@@ -2,12 +2,52 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+from pathlib import Path
+
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from puffer.config import ConfigError, validate
+from puffer.emulation import PufferEnv
 from puffer.run import make_env_creator
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_single_run_commands() -> list[list[str]]:
+    """The overrides of each `python -m puffer ...` line in the README's shell blocks that
+    starts one run (multirun sweeps are composed by tests/test_sweeps.py)."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+        for line in block.splitlines():
+            words = shlex.split(line.split("#")[0])
+            if "puffer" not in words or words[words.index("puffer") - 1] != "-m":
+                continue
+            overrides = words[words.index("puffer") + 1 :]
+            if not any(w.startswith("-") for w in overrides):  # -m, --cfg, --config-dir
+                commands.append(overrides)
+    return commands
+
+
+@pytest.mark.parametrize("overrides", readme_single_run_commands(),
+                         ids=lambda words: " ".join(words) or "defaults")
+def test_every_run_command_in_the_readme_composes_and_builds_its_env(make_cfg, overrides):
+    cfg = make_cfg(*overrides)
+    validate(cfg)
+    env = make_env_creator(cfg)()
+    try:
+        assert isinstance(env, PufferEnv)
+    finally:
+        env.close()
+
+
+def test_the_readme_commands_are_found():
+    commands = readme_single_run_commands()
+    assert [] in commands and ["env=atari/breakout", "vec=multiprocessing"] in commands
+    assert len(commands) >= 10
 
 
 def test_default_config_is_cartpole_ppo_on_cpu_friendly_defaults(make_cfg):

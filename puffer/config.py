@@ -77,6 +77,9 @@ class VecConfig:
     overwork: bool = False
     # multiprocessing: fork | spawn | forkserver; null: the platform's default.
     start_method: str | None = None
+    # multiprocessing, synchronous batches: the main process steps worker 0's envs itself
+    # instead of waiting idle; false keeps every env out of the main process.
+    step_in_main: bool = True
     # ray: the cluster to join (e.g. ray://head:10001 or auto); null starts a local Ray.
     ray_address: str | None = None
     # auto: seconds of random-action stepping per candidate.

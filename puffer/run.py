@@ -50,11 +50,16 @@ def make_vecenv(cfg: DictConfig, env_creator):
         settings = autotune(env_creator, v.num_envs, seconds=v.autotune_seconds, seed=cfg.seed)
     extra: dict[str, Any] = {}
     if settings["backend"] == "multiprocessing":  # autotune may pick more workers than cores
-        extra = {"overwork": settings.pop("overwork", False) or v.overwork,
-                 "start_method": v.start_method}
+        extra = multiprocessing_options(v, settings.pop("overwork", False))
     elif settings["backend"] == "ray":
         extra = {"address": v.ray_address}
     return puffer.vector.make(env_creator, num_envs=v.num_envs, seed=cfg.seed, **settings, **extra)
+
+
+def multiprocessing_options(v: DictConfig, overwork: bool = False) -> dict[str, Any]:
+    """The vec.* keys that only the Multiprocessing backend reads."""
+    return {"overwork": overwork or v.overwork, "start_method": v.start_method,
+            "step_in_main": v.step_in_main}
 
 
 def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module:
@@ -194,7 +199,7 @@ def run_benchmark(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     from puffer.bench import RLBenchmark
 
     v = cfg.vec
-    extra = {"overwork": v.overwork, "start_method": v.start_method} if v.backend == "multiprocessing" else {}
+    extra = multiprocessing_options(v) if v.backend == "multiprocessing" else {}
     name = env_name(cfg)
     result = RLBenchmark({name: make_env_creator(cfg)}, seconds=cfg.mode.seconds, num_envs=v.num_envs,
                          backend=v.backend, seed=cfg.seed, num_workers=v.num_workers,

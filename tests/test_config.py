@@ -128,3 +128,12 @@ def test_cli_rejects_a_typo_before_training(cli):
     assert result.returncode != 0
     assert "learning_rat" in result.stderr
     assert "Traceback" not in result.stderr or "Key 'learning_rat'" in result.stderr
+
+
+@pytest.mark.parametrize(("value", "processes"), [("true", 1), ("false", 2)])
+def test_vec_step_in_main_reaches_the_multiprocessing_backend(make_cfg, value, processes):
+    from puffer.run import make_vecenv
+
+    cfg = make_cfg("vec=multiprocessing", "vec.num_envs=2", "vec.num_workers=2", f"vec.step_in_main={value}")
+    with make_vecenv(cfg, make_env_creator(cfg)) as vec:
+        assert len(vec.processes) == processes

@@ -102,7 +102,8 @@ class CountedCreator:
 
 def test_spawned_workers_get_the_env_creator_pickled_once_each():
     CountedCreator.pickled = 0
-    with Multiprocessing(CountedCreator(), num_envs=4, num_workers=2, start_method="spawn") as vec:
+    with Multiprocessing(CountedCreator(), num_envs=4, num_workers=2, start_method="spawn",
+                         step_in_main=False) as vec:
         vec.reset(0)
         for _ in range(20):
             vec.step(vec.action_space.sample())
@@ -250,7 +251,7 @@ def test_env_error_in_a_worker_raises_with_its_traceback_fast(start_method, chil
 def test_killed_worker_raises_instead_of_hanging(children):
     vec = Multiprocessing(cartpole, num_envs=4, num_workers=2, start_method="fork")
     vec.reset(0)
-    os.kill(vec.processes[1].pid, signal.SIGKILL)
+    os.kill(vec.processes[-1].pid, signal.SIGKILL)
     started = time.monotonic()
     with pytest.raises(WorkerError, match=r"worker 1 .* died with exit code -9"):
         for _ in range(1000):
@@ -269,12 +270,69 @@ def test_env_creation_error_is_raised_at_construction(children):
     assert not children()
 
 
-def test_close_leaves_no_child_process(children):
-    vec = Multiprocessing(cartpole, num_envs=4, num_workers=2)
+@pytest.mark.parametrize("batch_size", [4, 2])
+def test_close_leaves_no_child_process(children, batch_size):
+    vec = Multiprocessing(cartpole, num_envs=4, num_workers=2, batch_size=batch_size)
     vec.reset(0)
-    assert len(children()) >= 2
+    assert len(children()) == len(vec.processes) >= 1
     vec.close()
     assert not children()
+
+
+@pytest.mark.parametrize(("kwargs", "processes"), [
+    ({}, 1),  # synchronous: worker 0 steps in the main process
+    ({"step_in_main": False}, 2),
+    ({"batch_size": 2}, 2),  # async: the main process acts for one batch while the other steps
+])
+def test_the_main_process_steps_worker_0_only_with_synchronous_batches(kwargs, processes):
+    with Multiprocessing(cartpole, num_envs=4, num_workers=2, **kwargs) as vec:
+        assert len(vec.processes) == processes
+        assert vec.step_in_main == (processes == 1)
+
+
+def test_envs_stepped_in_the_main_process_match_serial_and_report_their_infos():
+    with Multiprocessing(cartpole, num_envs=4, num_workers=2) as mp, Serial(cartpole, num_envs=4) as serial:
+        assert mp.step_in_main
+        for a, b in zip(rollout(mp, 60), rollout(serial, 60), strict=True):
+            np.testing.assert_array_equal(a, b)
+        mp.reset(0)
+        ended = set()
+        for _ in range(60):  # CartPole with one action ends within 60 steps: infos from both workers
+            *_, infos = mp.step(np.zeros(4, int))
+            ended |= {info["env_id"] for info in infos if "episode_return" in info}
+        assert ended == {0, 1, 2, 3}
+
+
+def test_env_error_in_the_main_process_share_raises_as_a_worker_error(children):
+    creators = [cartpole, functools.partial(crashing_cartpole, 3), cartpole, cartpole]
+    vec = Multiprocessing(creators, num_envs=4, num_workers=2)
+    vec.reset(0)
+    with pytest.raises(WorkerError) as info:
+        for _ in range(10):
+            vec.step(np.zeros(4, int))
+    message = str(info.value)
+    assert "worker 0 (envs 0..1, in the main process) failed" in message
+    assert "env 1 (CartPole-v1) raised in step" in message and "ValueError: boom at step 3" in message
+    assert not children()
+
+
+class Interrupted(gym.Wrapper):
+    """Ctrl-C arriving while this env steps."""
+
+    def step(self, action):
+        raise KeyboardInterrupt
+
+
+def test_envs_interrupted_mid_step_in_the_main_process_are_not_saved(caplog):
+    creators = [lambda: GymnasiumPufferEnv(env=Interrupted(gym.make("CartPole-v1"))), cartpole]
+    with Multiprocessing(creators, num_envs=2, num_workers=2) as vec:
+        vec.reset(0)
+        with pytest.raises(KeyboardInterrupt):
+            vec.step(np.zeros(2, int))
+        assert vec.get_state() is None
+        with pytest.raises(WorkerError, match="interrupted by KeyboardInterrupt"):
+            vec.reset(0)  # an error, not a wait for envs that will never answer
+    assert "can't be saved" in caplog.text
 
 
 def test_serial_wraps_env_errors_with_the_env_index():

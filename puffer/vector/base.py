@@ -68,6 +68,7 @@ class EnvGroup:
 
     def __init__(self, envs: list[PufferEnv], first: int, buffers: Buffers, agents_per_env: int):
         self.first = first
+        self.buffers = buffers
         self.agents_per_env = agents_per_env
         self.envs = envs
         for offset, env in enumerate(envs):

@@ -157,7 +157,10 @@ def test_missing_resume_checkpoint_fails_before_envs_start(make_cfg, tmp_path):
 def test_interrupt_saves_a_checkpoint_and_leaves_no_process(tmp_path, sig):
     args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "vec=multiprocessing",
             "train.total_timesteps=10000000", "train.log_interval=0"]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT back to its default in the child: a suite started in the background by a
+    # non-interactive shell inherits SIGINT ignored, and Python then never installs its handler
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):

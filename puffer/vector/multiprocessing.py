@@ -223,8 +223,10 @@ class Multiprocessing(VecEnv):
         if self.step_in_main:
             pipes[0][1].close()  # worker 0's replies are kept here (_reply), not piped
         # Worker 0 in the main process (step_in_main): its envs (a list, so that the finalizer
-        # can close them without holding this object), and its reply to the last command
+        # can close them without holding this object), its actions (a view made once, as a
+        # worker makes its own) and its reply to the last command
         self._in_main: list[EnvGroup] = []
+        self._main_actions = self.actions[: per * self.agents_per_env]
         self._reply = None
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._commands,
                                            self._go, self._messages, self._in_main)
@@ -353,7 +355,7 @@ class Multiprocessing(VecEnv):
                 infos = None
             else:
                 self._in_main[0], infos = _execute(
-                    command, self._in_main[0], self.actions[self._rows([0])], self._seed,
+                    command, self._in_main[0], self._main_actions, self._seed,
                     self._step_seconds, 0, lambda: pickle.loads(payload))
         except Exception:
             self._reply, self._states[0], self._has_message[0] = traceback.format_exc(), ERROR, True

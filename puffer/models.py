@@ -263,9 +263,12 @@ class NatureCNN(nn.Module):
             self.to(memory_format=torch.channels_last)
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float() * self.scale
+        # Reorder the uint8 pixels, then make one float copy and scale it in place: one
+        # minibatch-sized float allocation instead of three (float, scaled, reordered).
         if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        # (copy=True: a float input must not be scaled in place under its caller)
+        x = obs.to(torch.float32, copy=True).mul_(self.scale) if self.scale != 1.0 else obs.float()
         return self.trunk(self.convs(x))
 
     def decode(self, hidden: torch.Tensor):

@@ -22,3 +22,29 @@ def test_sampled_discrete_actions_follow_the_softmax_and_score_as_in_training(sp
         frequency = torch.bincount(columns[:, column], minlength=len(chunk)) / len(action)
         # 100k draws: a frequency's standard error is at most 0.0016
         torch.testing.assert_close(frequency, chunk.softmax(-1), rtol=0, atol=0.008)
+
+
+def test_nature_cnn_layouts_agree_and_leave_the_input_alone():
+    """channels_last is a speed choice: the same weights give the same outputs (to float
+    rounding) as NCHW, from uint8 pixels or from floats, and a float input is not scaled in
+    place under its caller."""
+    import numpy as np
+
+    from puffer.models import NatureCNN
+
+    torch.manual_seed(0)
+    obs_space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    nhwc = NatureCNN(obs_space, spaces.Discrete(4), channels_last=True)
+    nchw = NatureCNN(obs_space, spaces.Discrete(4), channels_last=False)
+    nchw.load_state_dict(nhwc.state_dict())
+    pixels = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    floats = pixels.float()
+    with torch.no_grad():
+        logits, value = nhwc(pixels)
+        same_logits, same_value = nchw(pixels)
+        float_logits, _ = nhwc(floats)
+    torch.testing.assert_close(logits, same_logits)
+    torch.testing.assert_close(value, same_value)
+    assert torch.equal(float_logits, logits)
+    assert torch.equal(floats, pixels.float())
+    assert value.abs().max() > 0  # not a degenerate all-zero comparison

@@ -32,6 +32,7 @@ from common import print_table  # noqa: E402
 
 import puffer.config  # noqa: E402,F401
 from puffer import profiler  # noqa: E402
+from puffer.allocator import retain_freed_memory  # noqa: E402
 from puffer.models import ActionDist, NatureCNN  # noqa: E402
 from puffer.ppo import pick_threads  # noqa: E402
 from puffer.run import run  # noqa: E402
@@ -81,6 +82,9 @@ def main() -> None:
                         "e.g. vec.batch_size=4")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    # puffer's trainer keeps freed memory for reuse (train.retain_memory); the ceiling gets the
+    # same allocator, so that it stays the most this model can do here.
+    retain_freed_memory()
     # The ceiling is measured before and after puffer's run and the higher kept: this VM's speed
     # drifts by tens of percent within minutes, and a low ceiling would flatter puffer's share.
     ceiling_nchw = ceiling_sps(channels_last=False)

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from puffer import checkpoint
+from puffer.allocator import retain_freed_memory
 from puffer.config import TrainConfig
 from puffer.loggers.base import Logger
 from puffer.models import ActionDist
@@ -95,6 +96,8 @@ class PPO:
                  full_config: dict | None = None, progress=None, profiler: Profiler | None = None):
         self.config = config
         self.vecenv = vecenv
+        if config.retain_memory:
+            retain_freed_memory()
         self.device = torch.device(device)
         self.policy = policy.to(self.device)
         self.seed = seed

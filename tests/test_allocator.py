@@ -1,5 +1,5 @@
 """puffer.allocator: with freed memory kept for reuse, a CNN update stops faulting its pages in
-again each minibatch, at the same peak memory."""
+again each minibatch, for little more peak memory."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ from puffer.allocator import retain_freed_memory
 from puffer.models import NatureCNN
 if sys.argv[1] == "retain":
     assert retain_freed_memory()
+else:  # glibc's starting thresholds, held fixed: its own default moves them as blocks are freed
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6")
+    assert libc.mallopt(-3, 128 * 1024) == 1 and libc.mallopt(-1, 128 * 1024) == 1
 torch.manual_seed(0)
 policy = NatureCNN(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(4))
 obs = torch.randint(0, 256, (256, 4, 84, 84), dtype=torch.uint8)
@@ -45,7 +49,8 @@ def run(mode: str) -> dict:
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                     reason="mallopt is glibc's")
 def test_a_retaining_process_reuses_freed_memory_without_page_faults():
-    default, retained = run("default"), run("retain")
-    assert default["faults"] > 3000, default  # by default big blocks are faulted in again
-    assert retained["faults"] < default["faults"] / 4, (default, retained)
-    assert retained["peak_mb"] < default["peak_mb"] + 100, (default, retained)
+    released, retained = run("release"), run("retain")
+    assert released["faults"] > 3000, released  # released blocks are faulted in again
+    assert retained["faults"] < released["faults"] / 4, (released, retained)
+    # what it costs: up to a minibatch of buffers kept (+40-50 MB measured here)
+    assert retained["peak_mb"] < released["peak_mb"] + 100, (released, retained)

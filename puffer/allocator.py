@@ -5,9 +5,9 @@ Why: a PPO update on pixels allocates and frees tensors of several to tens of MB
 (the float observations, conv activations and their gradients). By default glibc serves blocks
 that large with mmap and returns them to the kernel on free (or trims the heap's top), so every
 minibatch faults its pages in again: 66,000-224,000 minor page faults per Atari update (4 x 4
-minibatches of 256) measured on 2 cores, about 10% of the update's time. Keeping freed memory holds the process at its peak footprint,
-which training reaches every minibatch anyway (plus, measured, up to a minibatch's buffers:
-tens of MB).
+minibatches of 256) measured on 2 cores, about 10% of the update's time. Keeping freed memory
+holds the process at its peak footprint, which training reaches every minibatch anyway (plus,
+measured, up to a minibatch's buffers: tens of MB).
 """
 
 from __future__ import annotations

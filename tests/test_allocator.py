@@ -16,14 +16,14 @@ SNIPPET = """
 import json, resource, sys
 import numpy as np, torch
 from gymnasium import spaces
-from puffer.allocator import retain_freed_memory
+from puffer.allocator import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, retain_freed_memory
 from puffer.models import NatureCNN
 if sys.argv[1] == "retain":
     assert retain_freed_memory()
 else:  # glibc's starting thresholds, held fixed: its own default moves them as blocks are freed
     import ctypes
     libc = ctypes.CDLL("libc.so.6")
-    assert libc.mallopt(-3, 128 * 1024) == 1 and libc.mallopt(-1, 128 * 1024) == 1
+    assert all(libc.mallopt(p, 128 * 1024) == 1 for p in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD))
 torch.manual_seed(0)
 policy = NatureCNN(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(4))
 obs = torch.randint(0, 256, (256, 4, 84, 84), dtype=torch.uint8)

@@ -1,12 +1,14 @@
-"""Action distributions: what the rollout samples is what training scores."""
+"""Action distributions (what the rollout samples is what training scores) and the Nature
+CNN's memory layouts."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 
-from puffer.models import ActionDist
+from puffer.models import ActionDist, NatureCNN
 
 
 @pytest.mark.parametrize("space", [spaces.Discrete(4), spaces.MultiDiscrete([3, 5])])
@@ -28,10 +30,6 @@ def test_nature_cnn_layouts_agree_and_leave_the_input_alone():
     """channels_last is a speed choice: the same weights give the same outputs (to float
     rounding) as NCHW, from uint8 pixels or from floats, and a float input is not scaled in
     place under its caller."""
-    import numpy as np
-
-    from puffer.models import NatureCNN
-
     torch.manual_seed(0)
     obs_space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
     nhwc = NatureCNN(obs_space, spaces.Discrete(4), channels_last=True)

@@ -226,7 +226,7 @@ class Multiprocessing(VecEnv):
         # can close them without holding this object), its actions (a view made once, as a
         # worker makes its own) and its reply to the last command
         self._in_main: list[EnvGroup] = []
-        self._main_actions = self.actions[: per * self.agents_per_env]
+        self._main_actions = self.actions[self._rows([0])]
         self._reply = None
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._commands,
                                            self._go, self._messages, self._in_main)

@@ -34,8 +34,8 @@ import puffer.config  # noqa: E402,F401
 from puffer import profiler  # noqa: E402
 from puffer.allocator import retain_freed_memory  # noqa: E402
 from puffer.models import ActionDist, NatureCNN  # noqa: E402
-from puffer.ppo import pick_threads  # noqa: E402
 from puffer.run import run  # noqa: E402
+from puffer.threads import usable_cpus  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 NUM_ENVS, NUM_STEPS, EPOCHS, MINIBATCHES = 8, 128, 4, 4
@@ -43,7 +43,7 @@ NUM_ENVS, NUM_STEPS, EPOCHS, MINIBATCHES = 8, 128, 4, 4
 
 def ceiling_sps(channels_last: bool, batches: int = 3) -> float:
     """Samples/second of the model's own work per batch: rollout forwards + the PPO update."""
-    torch.set_num_threads(pick_threads(0))
+    torch.set_num_threads(usable_cpus())
     obs_space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
     action_space = spaces.Discrete(4)
     policy = NatureCNN(obs_space, action_space, channels_last=channels_last)

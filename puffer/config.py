@@ -51,11 +51,11 @@ class TrainConfig:
     keep_checkpoints: int = 3
     # Episodes of the final evaluation (deterministic policy, seeds apart from training's).
     eval_episodes: int = 20
-    # Torch intra-op threads; 0 picks for the machine (see puffer.ppo.pick_threads).
+    # Torch intra-op threads while learning; 0: the thread policy (puffer.threads) picks what
+    # helps the model (one for small MLPs), within this job's share of the usable CPUs.
     torch_threads: int = 0
-    # Torch threads while collecting; 0: one when the envs step in worker processes (they need
-    # the other cores then, and a small rollout batch gains little from a second thread), else
-    # torch_threads.
+    # Torch threads while collecting; 0: the thread policy picks (one unless the forward pass
+    # is large, never more than the CPUs that env worker processes leave free).
     rollout_threads: int = 0
     compile: bool = False
     # Keep freed host memory in the process for reuse (glibc malloc) instead of faulting it in

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import torch
 
+from puffer import threads
 from puffer.models import ActionDist
 from puffer.vector import Serial
 
@@ -30,7 +31,8 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
     """Play `episodes` episodes; returns mean/std/95% interval of the episode return and length."""
     num_envs = max(1, min(num_envs, episodes))
     returns, lengths = [], []
-    with Serial(env_creator, num_envs=num_envs, seed=seed + EVAL_SEED_OFFSET) as vec:
+    with Serial(env_creator, num_envs=num_envs, seed=seed + EVAL_SEED_OFFSET) as vec, threads.using(
+            threads.inference_threads(policy, vec.single_observation_space, vec.num_agents)):
         # An episode slot is an env, or a row of a native env whose rows are separate episodes.
         rows = vec.agents_per_env if vec.driver_env.independent_rows else 1
         quotas = episode_quotas(episodes, num_envs * rows)

@@ -17,7 +17,6 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import random
 import time
 from collections import defaultdict
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from puffer import checkpoint
+from puffer import checkpoint, threads
 from puffer.allocator import retain_freed_memory
 from puffer.config import TrainConfig
 from puffer.loggers.base import Logger
@@ -64,30 +63,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def pick_threads(requested: int) -> int:
-    """Torch intra-op threads: as requested, else all cores (the envs share them only while
-    the learner waits for them)."""
-    return requested if requested > 0 else max(1, os.cpu_count() or 1)
-
-
-def rollout_threads(config: TrainConfig, vecenv) -> int:
-    """Torch threads while collecting: train.rollout_threads, else one when the envs step in
-    worker processes: those workers want the cores then (async batches step some envs while the
-    policy acts for others), and a forward pass over a few rows gains little from a second
-    thread (Nature CNN, 8 rows: 2.8 ms on one thread, 1.8 ms on two, here)."""
-    if config.rollout_threads > 0:
-        return config.rollout_threads
-    return 1 if vecenv.steps_in_workers else pick_threads(config.torch_threads)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def env_processes(vecenv) -> int:
+    """Processes stepping envs beside the trainer while it collects (they sleep while it learns)."""
+    return getattr(vecenv, "num_workers", 0) if vecenv.steps_in_workers else 0
 
 
 class PPO:
@@ -120,6 +98,13 @@ class PPO:
 
         T, N = config.num_steps, vecenv.num_agents
         self.batch_size = T * N
+        self.threads = threads.plan(
+            policy, vecenv.single_observation_space,
+            minibatch_rows=math.ceil(self.batch_size / config.num_minibatches),
+            rollout_rows=vecenv.agents_per_batch, env_processes=env_processes(vecenv),
+            torch_threads=config.torch_threads, rollout_threads=config.rollout_threads,
+            device=str(self.device))
+        log.info("%s", self.threads.describe())
         self.num_epochs = math.ceil(config.total_timesteps / self.batch_size)
         self.clip_coef = config.clip_coef  # the current one: update() anneals it with train.anneal_clip
         obs_space = vecenv.single_observation_space
@@ -421,14 +406,14 @@ class PPO:
         c = self.config
         started_step, started = self.global_step, time.perf_counter()
         self.profiler.restart()
-        threads = rollout_threads(c, self.vecenv)
         while self.epoch < self.num_epochs:
-            with torch_threads(threads):
+            with threads.using(self.threads.rollout):
                 self.collect()
-            with self.profiler.learn:
+            with self.profiler.learn, threads.using(self.threads.learn):
                 losses = self.update()
             self.epoch += 1
-            metrics = {**losses, **self._episode_metrics(), **self.profiler.metrics()}
+            metrics = {**losses, **self._episode_metrics(), **self.profiler.metrics(),
+                       **self.threads.metrics()}
             elapsed = max(time.perf_counter() - started, 1e-9)
             metrics["perf/sps"] = (self.global_step - started_step) / elapsed
             metrics["train/epoch"] = self.epoch
@@ -459,6 +444,7 @@ class PPO:
             "train_config": asdict(self.config),
             "config": self.full_config,
             "seed": self.seed,
+            "threads": self.threads.state_dict(),
             "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()},
             "rollout": None if not self._held else {
                 "prev_done": self._prev_done.copy(),
@@ -474,6 +460,8 @@ class PPO:
         self.epoch, self.global_step = state["epoch"], state["global_step"]
         checkpoint.set_rng_state(state["rng"])
         self.generator.set_state(state["rng"]["generator"])
+        if "threads" in state:
+            self.threads = threads.resumed(self.threads, state["threads"], self.config)
         rollout = state.get("rollout")
         if rollout is None:
             return
@@ -514,7 +502,6 @@ def train(config: TrainConfig, vecenv, policy: nn.Module, device: str = "auto", 
     from puffer.config import resolve_device
 
     seed_everything(seed)
-    torch.set_num_threads(pick_threads(config.torch_threads))
     trainer = PPO(config, vecenv, policy, device=resolve_device(device), seed=seed, **kwargs)
     trainer.train()
     return trainer

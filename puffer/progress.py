@@ -15,6 +15,8 @@ import time
 from rich.live import Live
 from rich.table import Table
 
+from puffer.profiler import CONTENDED_PCT, machine_line
+
 log = logging.getLogger("puffer.progress")
 
 SECTIONS = ("env", "forward", "copy", "learn", "misc")
@@ -40,6 +42,8 @@ def snapshot(trainer) -> dict:
         "losses": {name: m.get(f"train/{name}", float("nan")) for name in LOSSES},
         "return": m.get("env/episode_return", float("nan")),
         "length": m.get("env/episode_length", float("nan")),
+        "machine": machine_line(m) if "perf/cpu_main_pct" in m else None,
+        "others": m.get("perf/cpu_others_pct", 0.0),
     }
 
 
@@ -55,6 +59,8 @@ def render(name: str, s: dict) -> Table:
         table.add_row(section, f"{'#' * round(pct / 2.5):<40} {pct:5.1f}%")
     for loss, value in s["losses"].items():
         table.add_row(loss, f"{value:.4f}")
+    if s["machine"] is not None:
+        table.add_row("machine", s["machine"])
     return table
 
 
@@ -63,7 +69,9 @@ def line(name: str, s: dict) -> str:
     return (f"{name} | step {s['step']:,}/{s['total']:,} | epoch {s['epoch']}/{s['epochs']} | "
             f"{s['sps']:,.0f} SPS | ETA {s['eta']:,.0f}s | return {s['return']:.1f} | "
             f"policy_loss {s['losses']['policy_loss']:.3f} value_loss "
-            f"{s['losses']['value_loss']:.3f} | {sections}")
+            f"{s['losses']['value_loss']:.3f} | {sections}" + (
+                f" | other processes use {s['others']:.0f}% of the CPUs"
+                if s["others"] >= CONTENDED_PCT else ""))
 
 
 class ProgressReporter:

@@ -23,7 +23,7 @@ from puffer import checkpoint, profiler
 from puffer.config import ConfigError, resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
-from puffer.ppo import PPO, pick_threads, seed_everything
+from puffer.ppo import PPO, seed_everything
 from puffer.profiler import Profiler
 from puffer.progress import ProgressReporter, env_name
 
@@ -119,7 +119,6 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         return run_benchmark(cfg, run_dir)
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed)
-    torch.set_num_threads(pick_threads(cfg.train.torch_threads))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
     profiling = cfg.mode.name == "profile"

@@ -165,31 +165,6 @@ def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_ord
             assert trainer.valid.all() and (trainer._ptr == 16).all()
 
 
-@pytest.mark.parametrize(("backend", "rollout_threads", "expected"),
-                         [("serial", 0, 2), ("multiprocessing", 0, 1), ("multiprocessing", 2, 2)])
-def test_rollouts_leave_the_cores_to_env_workers_and_learning_takes_them_back(
-        backend, rollout_threads, expected):
-    vec = puffer.vector.make(cartpole, num_envs=2, backend=backend, num_workers=1)
-    policy = Default(vec.single_observation_space, vec.single_action_space)
-    trainer = PPO(TrainConfig(num_steps=8, total_timesteps=32, rollout_threads=rollout_threads,
-                              torch_threads=2), vec, policy)
-    seen = {}
-
-    def forward(obs):
-        seen.setdefault("learn" if torch.is_grad_enabled() else "collect", set()).add(torch.get_num_threads())
-        return policy(obs)
-
-    trainer.forward = forward
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)  # what puffer.ppo.train and puffer.run set from train.torch_threads
-    try:
-        with vec:
-            trainer.train()
-        assert seen == {"collect": {expected}, "learn": {2}}
-    finally:
-        torch.set_num_threads(before)
-
-
 def test_bf16_autocast_trains_with_finite_float32_losses():
     trainer = make_trainer(num_steps=64, total_timesteps=2048, amp="bf16", learning_rate=1e-3)
     metrics = trainer.train()

@@ -2,7 +2,8 @@
 
 Each episode slot (an env, or a row of a native env whose rows are separate episodes) plays a
 fixed quota, so short episodes are not over-counted. The
-deterministic policy (argmax / Gaussian mean) and the stochastic one are both reported.
+deterministic policy (argmax / Gaussian mean) and the stochastic one are both reported. A
+recurrent policy's state restarts where it does in training (puffer.rollout.episode_starts).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from puffer import threads
 from puffer.models import ActionDist
+from puffer.rollout import episode_starts
 from puffer.vector import Serial
 
 # Eval env i is seeded with train seed + EVAL_SEED_OFFSET + i: never a training seed.
@@ -38,23 +40,26 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
         quotas = episode_quotas(episodes, num_envs * rows)
         done_count = np.zeros_like(quotas)
         dist = ActionDist(vec.single_action_space)
-        obs, _ = vec.reset()
+        vec.async_reset()
+        received = vec.recv()
         recurrent = getattr(policy, "is_recurrent", False)
         if recurrent:
             state = policy.initial_state(vec.num_agents, device)
-            recent_done = np.zeros((2, vec.num_agents), dtype=bool)
+            prev_done = before_done = np.zeros(vec.num_agents, dtype=bool)
         for _ in range(max_steps):
-            obs_t = torch.from_numpy(obs).to(device)
-            if recurrent:  # zero the state where an episode ends and begins (as in training)
-                keep = torch.from_numpy(~recent_done.any(0)).to(device).float()[:, None]
+            obs_t = torch.from_numpy(received.obs).to(device)
+            if recurrent:  # the state restarts where training's does (puffer.rollout)
+                starts = episode_starts(prev_done, before_done, received.masks)
+                keep = torch.from_numpy(~starts).to(device).float()[:, None]
                 params, _, state = policy.step(obs_t, (state[0] * keep, state[1] * keep))
             else:
                 params, _ = policy(obs_t)
             action = dist.mode(params) if deterministic else dist.sample(params)[0]
-            obs, _, terminals, truncations, infos = vec.step(dist.to_env(action))
+            vec.send(dist.to_env(action))
+            received = vec.recv()
             if recurrent:
-                recent_done = np.stack([recent_done[1], terminals | truncations])
-            for info in infos:
+                before_done, prev_done = prev_done, received.terminals | received.truncations
+            for info in received.infos:
                 slot = info["env_id"] * rows + info.get("row", 0)
                 if "episode_return" in info and done_count[slot] < quotas[slot]:
                     done_count[slot] += 1

@@ -1,14 +1,9 @@
 """PPO: collect a rollout from a vector env, then learn from it. One loop for every policy.
 
-What lives here: `PPO` (rollout storage, `collect`, GAE, `update`, checkpoints) and `train`.
-What does not: building envs or policies from configs (puffer.run), evaluation
-(puffer.evaluation), where metrics go (puffer.loggers).
-
-Rows and validity. The vector env gives one row per agent slot. Envs autoreset on the step after
-an episode ends (see puffer.emulation): that step's action is ignored and it returns the reset
-observation. So row t is *valid* when its agent is alive (mask) and the row's previous step was not
-the end of an episode; invalid rows are left out of GAE and of the loss. The observation returned
-with a done flag is the true final one: on truncation its value is the bootstrap, for free.
+What lives here: `PPO` (GAE, the clipped-surrogate `update`, the epoch loop, checkpoints) and
+`train`. What does not: collecting the rollout and which of its steps are valid (puffer.rollout),
+building envs or policies from configs (puffer.run), evaluation (puffer.evaluation), where
+metrics go (puffer.loggers).
 """
 
 from __future__ import annotations
@@ -33,16 +28,9 @@ from puffer.config import TrainConfig
 from puffer.loggers.base import Logger
 from puffer.models import ActionDist
 from puffer.profiler import Profiler
-from puffer.vector.base import rows_of
+from puffer.rollout import Collector, Rollout, float32_params
 
 log = logging.getLogger(__name__)
-
-
-def _float32(params):
-    """Distribution parameters (a tensor or a tuple of them) in float32."""
-    if isinstance(params, tuple):
-        return tuple(p.float() for p in params)
-    return params.float()
 
 
 def _mean(x: torch.Tensor) -> torch.Tensor:
@@ -107,175 +95,37 @@ class PPO:
         log.info("%s", self.threads.describe())
         self.num_epochs = math.ceil(config.total_timesteps / self.batch_size)
         self.clip_coef = config.clip_coef  # the current one: update() anneals it with train.anneal_clip
-        obs_space = vecenv.single_observation_space
-        obs_dtype = torch.from_numpy(np.empty(0, obs_space.dtype)).dtype
-        act_dtype = torch.from_numpy(np.empty(0, vecenv.action_dtype)).dtype
-        on = {"device": self.device}
-        self.obs = torch.zeros((T, N, *obs_space.shape), dtype=obs_dtype, **on)
-        self.actions = torch.zeros((T, N, *vecenv.action_shape), dtype=act_dtype, **on)
-        self.logprobs = torch.zeros((T, N), **on)
-        self.values = torch.zeros((T, N), **on)
-        self.rewards = torch.zeros((T, N), **on)
-        self.terminals = torch.zeros((T, N), **on)
-        self.dones = torch.zeros((T, N), **on)
-        self.valid = torch.zeros((T, N), dtype=torch.bool, **on)
-        self.advantages = torch.zeros((T, N), **on)
-        self.next_value = torch.zeros(N, **on)
-        if self.recurrent:  # per-row LSTM state, its value at t=0, and where episodes start
-            self.state = policy.initial_state(N, self.device)
-            self.state0 = policy.initial_state(N, self.device)
-            self.starts = torch.zeros((T, N), dtype=torch.bool, **on)
-
-        self.global_step = 0
+        self.rollout = Rollout(T, N, vecenv.single_observation_space, vecenv.action_shape,
+                               vecenv.action_dtype, self.device, policy)
+        self.advantages = torch.zeros((T, N), device=self.device)
+        self.collector = Collector(vecenv, self.policy, self.rollout, seed=seed, forward=self.forward,
+                                   profiler=self.profiler, autocast=self.autocast)
         self.epoch = 0
-        self._prev_done = np.zeros(N, dtype=bool)  # did each row's last step end an episode?
-        self._before_done = np.zeros(N, dtype=bool)  # ... and the step before (recurrent resets)
-        self._awaiting = np.zeros(N, dtype=bool)  # an action was sent, its result not yet stored
-        self._ptr = np.zeros(N, dtype=np.int64)  # actions stored this rollout, per row
-        # Groups of rows received but not yet sent an action (all of them between rollouts):
-        # (rows, observations, masks). None until the first reset.
-        self._held: list[tuple[slice | np.ndarray, np.ndarray, np.ndarray]] | None = None
-        self._episode_stats: dict[str, list[float]] = defaultdict(list)
         self.last_metrics: dict[str, float] = {}
 
     # -- rollout -----------------------------------------------------------------------------
-    @torch.inference_mode()
+    @property
+    def global_step(self) -> int:
+        """Actions sent to the envs so far (agent steps)."""
+        return self.collector.steps
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self.collector.steps = value
+
     def collect(self) -> None:
-        """Fill the rollout storage with num_steps steps of every row, then bootstrap values.
-
-        Rows arrive in groups from `vecenv.recv()`: all of them at once (Serial, or a
-        synchronous Multiprocessing), or the first ready workers' (`vec.batch_size` <
-        `vec.num_envs`), so that some envs step while the policy acts for others. Each row keeps
-        its own step counter; a row that has stored num_steps actions has its next observation
-        valued for the bootstrap and is held, unsent, until the next rollout."""
-        T, prof = self.config.num_steps, self.profiler
-        if self._held is None:
-            self.vecenv.async_reset(self.seed)
-            self._held = []
-        self._ptr[:] = 0
-        remaining = self.vecenv.num_agents
-        held, self._held = self._held, []
-        for rows, obs, masks in held:
-            self._act(rows, obs, masks)
-        while remaining:
-            with prof.env:
-                received = self.vecenv.recv()
-            self._record(received[4])
-            for rows, (obs, rewards, terminals, truncations, masks) in self._by_step(received):
-                with prof.copy:
-                    if self._awaiting[rows].any():
-                        self._store_result(rows, rewards, terminals, truncations)
-                if self._ptr[rows][0] < T:
-                    self._act(rows, obs, masks)
-                    continue
-                with prof.forward:
-                    index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
-                    obs_t = torch.from_numpy(obs).to(self.device)
-                    if self.recurrent:
-                        self.next_value[index] = self._recurrent_step(None, rows, index, obs=obs_t)[1]
-                    else:
-                        self.next_value[index] = self.forward(obs_t)[1]
-                self._held.append((rows, obs.copy(), masks.copy()))
-                remaining -= len(self._ptr[rows])
-
-    def _rows(self, env_ids: np.ndarray) -> slice | np.ndarray:
-        """Agent rows of these envs: a slice when contiguous (views, no gather)."""
-        return rows_of(env_ids, self.vecenv.agents_per_env)
-
-    def _by_step(self, received):
-        """A recv()'s envs as groups at the same rollout step: (rows, (obs, rewards, terminals,
-        truncations, masks)). Usually one group; envs of several workers can arrive together at
-        different steps when those workers were sent at different times."""
-        obs, rewards, terminals, truncations, _, env_ids, masks = received
-        per_row, env_ids = (obs, rewards, terminals, truncations, masks), np.asarray(env_ids)
-        n = self.vecenv.agents_per_env
-        steps = self._ptr[env_ids * n]  # an env's rows always move together
-        if (steps == steps[0]).all():
-            yield self._rows(env_ids), per_row
-            return
-        row_steps = np.repeat(steps, n)
-        for t in np.unique(steps):
-            yield self._rows(env_ids[steps == t]), tuple(x[row_steps == t] for x in per_row)
-
-    def _act(self, rows, obs: np.ndarray, masks: np.ndarray) -> None:
-        """Store the observations of `rows` at their next step, sample actions, send them."""
-        prof = self.profiler
-        t = int(self._ptr[rows].min())
-        index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
-        with prof.copy:
-            self.obs[t, index] = torch.from_numpy(obs).to(self.device, non_blocking=True)
-            self.valid[t, index] = torch.from_numpy(masks & ~self._prev_done[rows]).to(self.device)
-        with prof.forward:
-            with self.autocast():
-                if self.recurrent:
-                    params, value = self._recurrent_step(t, rows, index, commit=True, masks=masks)
-                else:
-                    params, value = self.forward(self.obs[t, index])
-            params, value = _float32(params), value.float()
-            action, logprob = self.dist.sample(params)
-            self.values[t, index] = value
-            self.actions[t, index] = action
-            self.logprobs[t, index] = logprob
-            env_actions = self.dist.to_env(action)
-        with prof.env:
-            self.vecenv.send(env_actions, self._env_ids(rows))
-        self._ptr[rows] += 1
-        self._awaiting[rows] = True
-        self.global_step += len(self._ptr[rows])
-
-    def _recurrent_step(self, t, rows, index, commit: bool = False, obs=None, masks=None):
-        """One LSTM step for `rows`: state zeroed where an episode starts; with `commit`, the
-        new state is kept and step t's start flags (and the t=0 state) recorded for training.
-
-        "Starts" are the final observation of an episode (a dummy step), the reset observation
-        after it, and rows with no live agent, so a new episode begins from a zero state."""
-        starts = self._prev_done[rows] | self._before_done[rows]
-        if masks is not None:
-            starts = starts | ~masks
-        starts = torch.from_numpy(starts).to(self.device)
-        h, c = (x[index] * ~starts[:, None] for x in self.state)
-        if commit:
-            self.starts[t, index] = starts
-            if t == 0:
-                self.state0[0][index], self.state0[1][index] = h, c
-            obs = self.obs[t, index]
-        params, value, (h, c) = self.policy.step(obs, (h, c))
-        if commit:
-            self.state[0][index], self.state[1][index] = h, c
-        return params, value
-
-    def _env_ids(self, rows) -> np.ndarray:
-        n = self.vecenv.agents_per_env
-        if isinstance(rows, slice):
-            return np.arange(rows.start // n, rows.stop // n)
-        return np.unique(rows // n)
-
-    def _store_result(self, rows, rewards, terminals, truncations) -> None:
-        t = int(self._ptr[rows].min()) - 1
-        index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
-        done = terminals | truncations
-        self.rewards[t, index] = torch.from_numpy(rewards).to(self.device)
-        self.terminals[t, index] = torch.from_numpy(terminals).to(self.device, torch.float32)
-        self.dones[t, index] = torch.from_numpy(done).to(self.device, torch.float32)
-        self._before_done[rows] = self._prev_done[rows]
-        self._prev_done[rows] = done
-        self._awaiting[rows] = False
-
-    def _record(self, infos) -> None:
-        for info in infos:
-            for key, value in info.items():
-                if key != "env_id" and key != "row":
-                    self._episode_stats[key].append(value)
+        """Fill `self.rollout` with num_steps steps of every row (puffer.rollout.Collector)."""
+        self.collector.collect()
 
     def compute_advantages(self) -> None:
         """GAE that stops at episode ends; terminals don't bootstrap, truncations do (the value
         of the final observation is the next row's value)."""
-        c = self.config
-        last = torch.zeros_like(self.next_value)
+        c, r = self.config, self.rollout
+        last = torch.zeros_like(r.next_value)
         for t in reversed(range(c.num_steps)):
-            next_value = self.next_value if t == c.num_steps - 1 else self.values[t + 1]
-            delta = self.rewards[t] + c.gamma * next_value * (1 - self.terminals[t]) - self.values[t]
-            last = delta + c.gamma * c.gae_lambda * (1 - self.dones[t]) * last
+            next_value = r.next_value if t == c.num_steps - 1 else r.values[t + 1]
+            delta = r.rewards[t] + c.gamma * next_value * (1 - r.terminals[t]) - r.values[t]
+            last = delta + c.gamma * c.gae_lambda * (1 - r.dones[t]) * last
             self.advantages[t] = last
 
     # -- learning ----------------------------------------------------------------------------
@@ -288,7 +138,8 @@ class PPO:
         if c.anneal_lr:
             self.optimizer.param_groups[0]["lr"] = c.learning_rate * remaining
         self.clip_coef = c.clip_coef * remaining if c.anneal_clip else c.clip_coef
-        returns = self.advantages + self.values
+        r = self.rollout
+        returns = self.advantages + r.values
         minibatches = self._sequence_minibatches(returns) if self.recurrent else self._sample_minibatches(returns)
         if minibatches is None:
             return {}
@@ -303,7 +154,7 @@ class PPO:
             if c.target_kl is not None and stats["approx_kl"] > c.target_kl:
                 break
         metrics = {f"train/{k}": v / count for k, v in sums.items()}
-        valid_returns, valid_values = returns[self.valid], self.values[self.valid]
+        valid_returns, valid_values = returns[r.valid], r.values[r.valid]
         var = valid_returns.var()
         metrics["train/explained_variance"] = float("nan") if var == 0 else float(
             1 - (valid_returns - valid_values).var() / var)
@@ -313,12 +164,13 @@ class PPO:
 
     def _sample_minibatches(self, returns):
         """Valid samples only, shuffled each epoch into train.num_minibatches minibatches."""
-        index = self.valid.reshape(-1).nonzero().squeeze(-1)
+        r = self.rollout
+        index = r.valid.reshape(-1).nonzero().squeeze(-1)
         if len(index) == 0:
             return None
-        obs = self.obs.reshape(-1, *self.obs.shape[2:])[index]
-        actions = self.actions.reshape(-1, *self.actions.shape[2:])[index]
-        logprobs, values = self.logprobs.reshape(-1)[index], self.values.reshape(-1)[index]
+        obs = r.obs.reshape(-1, *r.obs.shape[2:])[index]
+        actions = r.actions.reshape(-1, *r.actions.shape[2:])[index]
+        logprobs, values = r.logprobs.reshape(-1)[index], r.values.reshape(-1)[index]
         advantages, returns = self.advantages.reshape(-1)[index], returns.reshape(-1)[index]
         n = len(index)
         size = max(1, math.ceil(n / self.config.num_minibatches))
@@ -333,17 +185,17 @@ class PPO:
 
     def _sequence_minibatches(self, returns):
         """Whole rows (num_steps long) from their stored start state, shuffled by row."""
-        n = self.vecenv.num_agents
+        r, n = self.rollout, self.vecenv.num_agents
         size = max(1, math.ceil(n / self.config.num_minibatches))
 
         def epoch():
             order = torch.randperm(n, generator=self.generator).to(self.device)
             for start in range(0, n, size):
                 rows = order[start : start + size]
-                sequence = (self.state0[0][rows], self.state0[1][rows], self.starts[:, rows])
-                yield (self.obs[:, rows], self.actions[:, rows], self.logprobs[:, rows],
-                       self.values[:, rows], self.advantages[:, rows], returns[:, rows],
-                       self.valid[:, rows].float(), sequence)
+                sequence = (r.state0[0][rows], r.state0[1][rows], r.starts[:, rows])
+                yield (r.obs[:, rows], r.actions[:, rows], r.logprobs[:, rows],
+                       r.values[:, rows], self.advantages[:, rows], returns[:, rows],
+                       r.valid[:, rows].float(), sequence)
 
         return epoch
 
@@ -356,7 +208,7 @@ class PPO:
             else:  # (T, B, ...) row sequences: flatten everything after the recurrent pass
                 h0, c0, starts = sequence
                 params, new_values = self.policy.forward_sequence(obs, (h0, c0), starts)
-        params, new_values = _float32(params), new_values.float()
+        params, new_values = float32_params(params), new_values.float()
         if sequence is not None:
             actions = actions.reshape(-1, *actions.shape[2:])
             old_logprobs, old_values, advantages, returns, weights = (
@@ -428,7 +280,7 @@ class PPO:
         return dict(self.last_metrics)
 
     def _episode_metrics(self) -> dict[str, float]:
-        stats, self._episode_stats = self._episode_stats, defaultdict(list)
+        stats = self.collector.pop_episode_stats()
         return {f"env/{key}": float(np.mean(values)) for key, values in stats.items()}
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -446,12 +298,7 @@ class PPO:
             "seed": self.seed,
             "threads": self.threads.state_dict(),
             "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()},
-            "rollout": None if not self._held else {
-                "prev_done": self._prev_done.copy(),
-                "before_done": self._before_done.copy(),
-                "recurrent_state": [x.clone() for x in self.state] if self.recurrent else None,
-                "env_state": self.vecenv.get_state(),
-            },
+            "rollout": self.collector.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -462,23 +309,7 @@ class PPO:
         self.generator.set_state(state["rng"]["generator"])
         if "threads" in state:
             self.threads = threads.resumed(self.threads, state["threads"], self.config)
-        rollout = state.get("rollout")
-        if rollout is None:
-            return
-        env_state = rollout["env_state"]
-        backend = type(self.vecenv).__name__.lower()
-        saved = "none" if env_state is None else env_state.get("backend", "serial")
-        if saved != backend:
-            log.warning("the checkpoint holds no env state for backend %s (it has %s); envs restart "
-                        "from their seeds", backend, saved)
-            return
-        self.vecenv.set_state(env_state)
-        self._prev_done = rollout["prev_done"].copy()
-        self._before_done = rollout["before_done"].copy()
-        if self.recurrent:
-            self.state = tuple(x.to(self.device) for x in rollout["recurrent_state"])
-        obs, masks = self.vecenv.current()
-        self._held = [(slice(0, self.vecenv.num_agents), obs.copy(), masks.copy())]
+        self.collector.load_state_dict(state.get("rollout"))
 
     def save_checkpoint(self) -> Path:
         if self.run_dir is None:

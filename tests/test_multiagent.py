@@ -80,14 +80,14 @@ def test_dead_and_absent_agents_are_excluded_from_gae_and_the_loss(monkeypatch):
     policy = Default(vec.single_observation_space, vec.single_action_space)
     trainer = PPO(TrainConfig(num_steps=8, num_minibatches=1, update_epochs=1), vec, policy)
     trainer.collect()
-    assert trainer.valid.int().tolist() == [
+    assert trainer.rollout.valid.int().tolist() == [
         [1, 1, 0], [1, 1, 0], [1, 0, 0], [1, 0, 1], [1, 0, 1], [1, 0, 1], [0, 0, 0], [1, 1, 0]]
     seen = []
     original = trainer._minibatch_step
     monkeypatch.setattr(trainer, "_minibatch_step", lambda obs, *rest: seen.append(obs.clone()) or original(obs, *rest))
     trainer.update()
     (obs,) = seen
-    assert len(obs) == int(trainer.valid.sum())
+    assert len(obs) == int(trainer.rollout.valid.sum())
     assert (obs[:, 1] != 0).all()  # no zero rows of absent agents reached the loss
 
 

@@ -32,12 +32,12 @@ def make_trainer(creator=cartpole, num_envs=2, seed=0, **train):
 
 def test_gae_stops_at_terminals_and_bootstraps_truncations():
     trainer = make_trainer(num_envs=1, num_steps=4, gamma=0.5, gae_lambda=0.5)
-    trainer.rewards[:, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    trainer.values[:, 0] = torch.tensor([10.0, 20.0, 30.0, 40.0])
-    trainer.next_value[:] = 50.0
+    trainer.rollout.rewards[:, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    trainer.rollout.values[:, 0] = torch.tensor([10.0, 20.0, 30.0, 40.0])
+    trainer.rollout.next_value[:] = 50.0
     # step 1 truncates (its next row holds V(final obs) = 30), step 3 runs on (bootstrap 50)
-    trainer.terminals[:, 0] = torch.tensor([0.0, 0.0, 0.0, 0.0])
-    trainer.dones[:, 0] = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    trainer.rollout.terminals[:, 0] = torch.tensor([0.0, 0.0, 0.0, 0.0])
+    trainer.rollout.dones[:, 0] = torch.tensor([0.0, 1.0, 0.0, 0.0])
     trainer.compute_advantages()
     a3 = 4 + 0.5 * 50 - 40
     a2 = 3 + 0.5 * 40 - 30 + 0.25 * a3
@@ -45,7 +45,7 @@ def test_gae_stops_at_terminals_and_bootstraps_truncations():
     a0 = 1 + 0.5 * 20 - 10 + 0.25 * a1
     assert trainer.advantages[:, 0].tolist() == pytest.approx([a0, a1, a2, a3])
     # the same step terminating instead: no bootstrap at all
-    trainer.terminals[1, 0] = 1.0
+    trainer.rollout.terminals[1, 0] = 1.0
     trainer.compute_advantages()
     assert trainer.advantages[1, 0].item() == pytest.approx(2 - 20)
 
@@ -53,15 +53,15 @@ def test_gae_stops_at_terminals_and_bootstraps_truncations():
 def test_reset_transitions_are_masked_out_of_the_batch():
     trainer = make_trainer(num_envs=2, num_steps=200)
     trainer.collect()
-    dones = trainer.dones.bool()
+    dones = trainer.rollout.dones.bool()
     assert dones.any()
-    expected = torch.ones_like(trainer.valid)
+    expected = torch.ones_like(trainer.rollout.valid)
     expected[1:] = ~dones[:-1]
-    assert torch.equal(trainer.valid, expected)
+    assert torch.equal(trainer.rollout.valid, expected)
     # a reset transition carries no reward and no done flag
     after_done = torch.zeros_like(dones)
     after_done[1:] = dones[:-1]
-    assert (trainer.rewards[after_done] == 0).all() and not dones[after_done].any()
+    assert (trainer.rollout.rewards[after_done] == 0).all() and not dones[after_done].any()
 
 
 def test_same_seed_gives_identical_losses_and_parameters():
@@ -119,12 +119,12 @@ def test_async_batches_fill_every_row_and_overlap_envs_with_the_policy():
         trainer = PPO(TrainConfig(num_steps=64, total_timesteps=64 * 8 * 30, learning_rate=1e-3),
                       vec, Default(vec.single_observation_space, vec.single_action_space))
         trainer.collect()
-        assert (trainer._ptr == 64).all() and not trainer._awaiting.any()
+        assert (trainer.collector._ptr == 64).all() and not trainer.collector._awaiting.any()
         assert trainer.global_step == 64 * 8
-        assert len(trainer._held) == 2  # both halves wait, unsent, for the next rollout
-        after_done = torch.zeros_like(trainer.valid)
-        after_done[1:] = trainer.dones[:-1].bool()
-        assert torch.equal(trainer.valid, ~after_done)
+        assert len(trainer.collector._held) == 2  # both halves wait, unsent, for the next rollout
+        after_done = torch.zeros_like(trainer.rollout.valid)
+        after_done[1:] = trainer.rollout.dones[:-1].bool()
+        assert torch.equal(trainer.rollout.valid, ~after_done)
         metrics = trainer.train()
     assert metrics["env/episode_return"] > 60  # it learns (random play: about 22)
 
@@ -160,16 +160,16 @@ def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_ord
         steps = torch.arange(16, dtype=torch.float32)[:, None].expand(16, 4)
         for rollout in range(2):
             trainer.collect()
-            assert torch.equal(trainer.obs[..., 0], 16 * rollout + steps)
-            assert torch.equal(trainer.rewards, 16 * rollout + steps + 1)
-            assert trainer.valid.all() and (trainer._ptr == 16).all()
+            assert torch.equal(trainer.rollout.obs[..., 0], 16 * rollout + steps)
+            assert torch.equal(trainer.rollout.rewards, 16 * rollout + steps + 1)
+            assert trainer.rollout.valid.all() and (trainer.collector._ptr == 16).all()
 
 
 def test_bf16_autocast_trains_with_finite_float32_losses():
     trainer = make_trainer(num_steps=64, total_timesteps=2048, amp="bf16", learning_rate=1e-3)
     metrics = trainer.train()
     assert all(np.isfinite(metrics[k]) for k in ("train/policy_loss", "train/value_loss", "train/entropy"))
-    assert trainer.values.dtype == torch.float32 and trainer.logprobs.dtype == torch.float32
+    assert trainer.rollout.values.dtype == torch.float32 and trainer.rollout.logprobs.dtype == torch.float32
 
 
 def test_anneal_clip_narrows_the_trust_region_linearly_to_zero():

@@ -97,7 +97,7 @@ def test_the_trainer_collects_and_learns_with_the_planned_threads(backend, rollo
         seen.setdefault("learn" if torch.is_grad_enabled() else "collect", set()).add(torch.get_num_threads())
         return policy(obs)
 
-    trainer.forward = forward
+    trainer.forward = trainer.collector.forward = forward
     before = torch.get_num_threads()
     with vec:
         metrics = trainer.train()

@@ -13,7 +13,7 @@ import os
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -22,6 +22,19 @@ from gymnasium.vector.utils import batch_space
 from puffer.emulation import Buffers, PufferEnv
 
 log = logging.getLogger(__name__)
+
+
+class Received(NamedTuple):
+    """What `VecEnv.recv()` returns: one row per agent of the envs received (`env_ids`), as
+    views of the backend's buffers until the next recv(). Unpacks like a 7-tuple."""
+
+    obs: np.ndarray
+    rewards: np.ndarray
+    terminals: np.ndarray
+    truncations: np.ndarray
+    infos: list[dict]
+    env_ids: np.ndarray
+    masks: np.ndarray
 
 
 class EnvError(RuntimeError):
@@ -119,6 +132,8 @@ class VecEnv:
     (Multiprocessing), `recv()` returns the first ready envs and `send()` steps exactly those.
     """
 
+    # The backend's name, as vec.backend spells it and as saved env states are tagged.
+    backend_name = ""
     # Do the envs step in other processes (which need cores of their own)? The trainer gives
     # its rollout forward passes fewer threads when they do.
     steps_in_workers = False
@@ -146,13 +161,13 @@ class VecEnv:
     # -- the synchronous API -----------------------------------------------------------------
     def reset(self, seed: int | None = None):
         self.async_reset(self.seed if seed is None else seed)
-        obs, _, _, _, infos, _, _ = self.recv()
-        return obs, infos
+        received = self.recv()
+        return received.obs, received.infos
 
     def step(self, actions):
         self.send(actions)
-        obs, rewards, terminals, truncations, infos, _, _ = self.recv()
-        return obs, rewards, terminals, truncations, infos
+        r = self.recv()
+        return r.obs, r.rewards, r.terminals, r.truncations, r.infos
 
     # -- backends implement these ------------------------------------------------------------
     def async_reset(self, seed: int | None = None) -> None:
@@ -161,7 +176,7 @@ class VecEnv:
     def send(self, actions, env_ids=None) -> None:
         raise NotImplementedError
 
-    def recv(self):
+    def recv(self) -> Received:
         raise NotImplementedError
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ from puffer.emulation import Buffers
 from puffer.vector.base import (
     EnvError,
     EnvGroup,
+    Received,
     VecEnv,
     build_envs,
     check_saved_workers,
@@ -161,6 +162,7 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
 
 
 class Multiprocessing(VecEnv):
+    backend_name = "multiprocessing"
     steps_in_workers = True
 
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
@@ -287,7 +289,7 @@ class Multiprocessing(VecEnv):
         env_ids = np.concatenate([np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
                                   for w in workers])
         obs, rewards, terminals, truncations, masks = out
-        return obs, rewards, terminals, truncations, infos, env_ids, masks
+        return Received(obs, rewards, terminals, truncations, infos, env_ids, masks)
 
     def get_state(self) -> dict | None:
         """Every worker's envs, pickled there, and a copy of the shared buffers; None (with a
@@ -296,7 +298,7 @@ class Multiprocessing(VecEnv):
             return None
         self._dispatch(range(self.num_workers), SAVE)
         _, replies = self._wait(self.num_workers)  # in worker order
-        return workers_state("multiprocessing", replies, self.buffers)
+        return workers_state(self.backend_name, replies, self.buffers)
 
     def set_state(self, state: dict) -> None:
         saved = check_saved_workers(state, self.num_workers)

@@ -16,6 +16,7 @@ import numpy as np
 from puffer.emulation import Buffers
 from puffer.vector.base import (
     EnvGroup,
+    Received,
     VecConfigError,
     VecEnv,
     build_envs,
@@ -75,6 +76,7 @@ def _import_ray():
 
 
 class Ray(VecEnv):
+    backend_name = "ray"
     steps_in_workers = True
 
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
@@ -153,8 +155,8 @@ class Ray(VecEnv):
         b = self.buffers
         env_ids = np.concatenate([np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
                                   for w in workers])
-        return (b.observations[rows], b.rewards[rows], b.terminals[rows], b.truncations[rows],
-                infos, env_ids, b.masks[rows])
+        return Received(b.observations[rows], b.rewards[rows], b.terminals[rows], b.truncations[rows],
+                        infos, env_ids, b.masks[rows])
 
     def get_state(self) -> dict | None:
         """Every actor's envs, pickled there, and a copy of the buffers; None (with a warning)
@@ -162,7 +164,7 @@ class Ray(VecEnv):
         if stepping(set(self._pending.values())):
             return None
         refs = [actor.save.remote() for actor in self._actors]
-        return workers_state("ray", [self._get(ref, w) for w, ref in enumerate(refs)], self.buffers)
+        return workers_state(self.backend_name, [self._get(ref, w) for w, ref in enumerate(refs)], self.buffers)
 
     def set_state(self, state: dict) -> None:
         saved = check_saved_workers(state, self.num_workers)

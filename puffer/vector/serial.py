@@ -11,6 +11,7 @@ import numpy as np
 from puffer.emulation import Buffers
 from puffer.vector.base import (
     EnvGroup,
+    Received,
     VecConfigError,
     VecEnv,
     as_creators,
@@ -29,6 +30,8 @@ class Serial(VecEnv):
     batch it is given at once and `recv` returns batches in the order they were sent. That is
     the trainer's async loop without the overlap, so one config (e.g. Atari's half batches)
     runs on every backend."""
+
+    backend_name = "serial"
 
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
                  num_workers: int | None = None, batch_size: int | None = None,
@@ -86,12 +89,12 @@ class Serial(VecEnv):
         self._idle.add(k)
         obs, rewards, terminals, truncations, masks = (
             self._batch_views[k] if self.zero_copy else (x.copy() for x in self._batch_views[k]))
-        return obs, rewards, terminals, truncations, infos, self._batch_ids[k], masks
+        return Received(obs, rewards, terminals, truncations, infos, self._batch_ids[k], masks)
 
     def get_state(self) -> dict | None:
         """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers, in the
         worker backends' format with this process as the one worker."""
-        return workers_state("serial", [pickled_envs(self.envs)], self.buffers)
+        return workers_state(self.backend_name, [pickled_envs(self.envs)], self.buffers)
 
     def set_state(self, state: dict) -> None:
         (saved,) = check_saved_workers(state, 1)

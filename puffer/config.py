@@ -23,8 +23,10 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
-    """PPO hyper-parameters, with CleanRL's names and its ppo.py defaults."""
+    """The algorithm (`_target_`, a puffer.trainer.Trainer subclass) and its settings: PPO's
+    hyper-parameters with CleanRL's names and ppo.py defaults, and the training run's keys."""
 
+    _target_: str = "puffer.ppo.PPO"
     total_timesteps: int = 500_000
     learning_rate: float = 2.5e-4
     anneal_lr: bool = True
@@ -298,6 +300,7 @@ def validate(cfg) -> None:
         _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0 (0 picks for the machine)")
     _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
     _require(t.eval_episodes >= 0, "train.eval_episodes", t.eval_episodes, "an integer >= 0")
+    algorithm_class(t._target_)
     _require(cfg.logger.backend in LOGGER_BACKENDS, "logger.backend", cfg.logger.backend,
              f"one of {LOGGER_BACKENDS}")
     _require(cfg.logger.mode in WANDB_MODES, "logger.mode", cfg.logger.mode,
@@ -307,6 +310,22 @@ def validate(cfg) -> None:
                  "a checkpoint file, a run directory or `latest` with mode=eval")
         _require(t.eval_episodes > 0, "train.eval_episodes", t.eval_episodes, "> 0 with mode=eval")
     resolve_device(cfg.device)
+
+
+def algorithm_class(target: str) -> type:
+    """The trainer class `train._target_` names; a clear error unless it is a puffer Trainer."""
+    from hydra.utils import get_class
+
+    from puffer.trainer import Trainer
+
+    try:
+        cls = get_class(target)
+    except Exception as exc:  # hydra wraps import errors of every kind
+        raise ConfigError(f"train._target_={target!r}: cannot import it ({exc}); expected a "
+                          "puffer.trainer.Trainer subclass such as puffer.ppo.PPO") from None
+    _require(isinstance(cls, type) and issubclass(cls, Trainer), "train._target_", target,
+             "a puffer.trainer.Trainer subclass such as puffer.ppo.PPO")
+    return cls
 
 
 def resolve_device(device: str) -> str:

@@ -20,12 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 
 import puffer.vector
 from puffer import checkpoint, profiler
-from puffer.config import ConfigError, resolve_device, validate
+from puffer.config import ConfigError, algorithm_class, resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
-from puffer.ppo import PPO, seed_everything
 from puffer.profiler import Profiler
 from puffer.progress import ProgressReporter, env_name
+from puffer.trainer import Trainer, seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +134,11 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         policy = make_policy(cfg, vecenv)
         logger = make_logger(cfg, run_dir, hydra_job_info())
         progress = ProgressReporter(cfg, interval=cfg.train.log_interval)
-        trainer = PPO(train_cfg, vecenv, policy, device=device, seed=cfg.seed, logger=logger,
-                      run_dir=None if profiling else run_dir, progress=progress,
-                      full_config=OmegaConf.to_container(cfg, resolve=True),
-                      profiler=Profiler(device, sync=sync))
+        algorithm = algorithm_class(train_cfg._target_)
+        trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=cfg.seed, logger=logger,
+                            run_dir=None if profiling else run_dir, progress=progress,
+                            full_config=OmegaConf.to_container(cfg, resolve=True),
+                            profiler=Profiler(device, sync=sync))
         if resume is not None:
             trainer.load_state_dict(torch.load(resume, map_location=device, weights_only=False))
             log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,
@@ -220,7 +221,7 @@ def prepare_run_dir(cfg: DictConfig, run_dir: Path) -> Path:
     return run_dir
 
 
-def train_until_done(trainer: PPO, torch_trace: bool, run_dir: Path) -> dict[str, float]:
+def train_until_done(trainer: Trainer, torch_trace: bool, run_dir: Path) -> dict[str, float]:
     """trainer.train(); Ctrl-C/SIGTERM saves a checkpoint first; optionally under torch's profiler."""
     try:
         if not torch_trace:

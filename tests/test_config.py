@@ -94,6 +94,8 @@ def test_wrong_type_is_rejected_with_its_name(make_cfg):
         ("vec.backend=threads", "vec.backend='threads'"),
         ("device=tpu", "device='tpu'"),
         ("logger.mode=sometimes", "logger.mode='sometimes'"),
+        ("train._target_=puffer.models.Default", "train._target_='puffer.models.Default'"),
+        ("train._target_=puffer.nowhere.PPO", "train._target_='puffer.nowhere.PPO': cannot import"),
     ],
 )
 def test_impossible_values_are_rejected_before_envs_start(make_cfg, override, message):

@@ -1,0 +1,187 @@
+"""The on-policy loop every algorithm shares: collect with the one collector, learn, log, save.
+
+What lives here: `Trainer` (the policy on its device, the optimizer, rollout storage and its
+`Collector`, the thread plan, the epoch loop, checkpoints), `seed_everything` and
+`NonFiniteError`. An algorithm subclasses `Trainer` and implements `update()`, which learns from
+`self.rollout` and returns its `train/*` metrics (puffer.ppo.PPO). `train._target_` names the
+algorithm's class. What does not: the loss (the algorithm's module), collecting (puffer.rollout),
+building envs and policies from configs (puffer.run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from puffer import checkpoint, threads
+from puffer.allocator import retain_freed_memory
+from puffer.config import TrainConfig
+from puffer.loggers.base import Logger
+from puffer.profiler import Profiler
+from puffer.rollout import Collector, Rollout
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss, gradient or parameter became NaN or Inf; training stops before saving it."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def env_processes(vecenv) -> int:
+    """Processes stepping envs beside the trainer while it collects (they sleep while it learns)."""
+    return getattr(vecenv, "num_workers", 0) if vecenv.steps_in_workers else 0
+
+
+class Trainer:
+    """Collect a rollout, `update()` from it, log, checkpoint; until train.total_timesteps."""
+
+    def __init__(self, config: TrainConfig, vecenv, policy: nn.Module, device: str = "cpu",
+                 seed: int = 0, logger: Logger | None = None, run_dir: str | Path | None = None,
+                 full_config: dict | None = None, progress=None, profiler: Profiler | None = None):
+        self.config = config
+        self.vecenv = vecenv
+        if config.retain_memory:
+            retain_freed_memory()
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device)
+        self.seed = seed
+        self.logger = logger or Logger()
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.full_config = full_config
+        self.progress = progress
+        # fused: one kernel for the whole update instead of a few per parameter tensor
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate,
+                                          eps=config.adam_eps, fused=True)
+        self.recurrent = getattr(policy, "is_recurrent", False)
+        self.forward = torch.compile(self.policy) if config.compile and not self.recurrent else self.policy
+        self.profiler = profiler or Profiler(self.device.type)
+        # bf16 autocast around the policy's forward passes (matmuls and convs in bf16, losses
+        # and softmaxes kept in float32 by autocast's own rules).
+        self.autocast = (functools.partial(torch.autocast, self.device.type, dtype=torch.bfloat16)
+                         if config.amp == "bf16" else contextlib.nullcontext)
+        self.generator = torch.Generator().manual_seed(seed)
+
+        T, N = config.num_steps, vecenv.num_agents
+        self.batch_size = T * N
+        self.threads = threads.plan(
+            policy, vecenv.single_observation_space,
+            minibatch_rows=math.ceil(self.batch_size / config.num_minibatches),
+            rollout_rows=vecenv.agents_per_batch, env_processes=env_processes(vecenv),
+            torch_threads=config.torch_threads, rollout_threads=config.rollout_threads,
+            device=str(self.device))
+        log.info("%s", self.threads.describe())
+        self.num_epochs = math.ceil(config.total_timesteps / self.batch_size)
+        self.rollout = Rollout(T, N, vecenv.single_observation_space, vecenv.action_shape,
+                               vecenv.action_dtype, self.device, policy)
+        self.collector = Collector(vecenv, self.policy, self.rollout, seed=seed, forward=self.forward,
+                                   profiler=self.profiler, autocast=self.autocast)
+        self.epoch = 0
+        self.last_metrics: dict[str, float] = {}
+
+    # -- rollout -----------------------------------------------------------------------------
+    @property
+    def global_step(self) -> int:
+        """Actions sent to the envs so far (agent steps)."""
+        return self.collector.steps
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self.collector.steps = value
+
+    def collect(self) -> None:
+        """Fill `self.rollout` with num_steps steps of every row (puffer.rollout.Collector)."""
+        self.collector.collect()
+
+    # -- the algorithm -----------------------------------------------------------------------
+    def update(self) -> dict[str, float]:
+        """Learn from `self.rollout`; returns `train/*` metrics. Each algorithm implements it."""
+        raise NotImplementedError(f"{type(self).__name__} implements no update()")
+
+    # -- the loop ----------------------------------------------------------------------------
+    def train(self) -> dict[str, float]:
+        """Run epochs until total_timesteps; log each epoch; checkpoint on schedule and at the end."""
+        c = self.config
+        started_step, started = self.global_step, time.perf_counter()
+        self.profiler.restart()
+        while self.epoch < self.num_epochs:
+            with threads.using(self.threads.rollout):
+                self.collect()
+            with self.profiler.learn, threads.using(self.threads.learn):
+                losses = self.update()
+            self.epoch += 1
+            metrics = {**losses, **self._episode_metrics(), **self.profiler.metrics(),
+                       **self.threads.metrics()}
+            elapsed = max(time.perf_counter() - started, 1e-9)
+            metrics["perf/sps"] = (self.global_step - started_step) / elapsed
+            metrics["train/epoch"] = self.epoch
+            self.last_metrics.update(metrics)
+            self.logger.log(metrics, self.global_step)
+            if self.progress is not None:
+                self.progress(self)
+            if c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0:
+                self.save_checkpoint()
+        if self.run_dir is not None and not (c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0):
+            self.save_checkpoint()
+        return dict(self.last_metrics)
+
+    def _episode_metrics(self) -> dict[str, float]:
+        stats = self.collector.pop_episode_stats()
+        return {f"env/{key}": float(np.mean(values)) for key, values in stats.items()}
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit for bit: weights, optimizer (and so the LR schedule
+        position with `epoch`), counters, random states, and, where the backend can capture them,
+        the envs mid-episode with the observation the next step starts from."""
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "epoch": self.epoch,
+            "global_step": self.global_step,
+            "train_config": asdict(self.config),
+            "config": self.full_config,
+            "seed": self.seed,
+            "threads": self.threads.state_dict(),
+            "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()},
+            "rollout": self.collector.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epoch, self.global_step = state["epoch"], state["global_step"]
+        checkpoint.set_rng_state(state["rng"])
+        self.generator.set_state(state["rng"]["generator"])
+        if "threads" in state:
+            self.threads = threads.resumed(self.threads, state["threads"], self.config)
+        self.collector.load_state_dict(state.get("rollout"))
+
+    def save_checkpoint(self) -> Path:
+        if self.run_dir is None:
+            raise ValueError(f"{type(self).__name__}(run_dir=None) has nowhere to write checkpoints")
+        for name, param in self.policy.named_parameters():
+            if not torch.isfinite(param).all():
+                raise NonFiniteError(f"parameter {name} is not finite at epoch {self.epoch}; "
+                                     "not writing a poisoned checkpoint")
+        directory = self.run_dir / "checkpoints"
+        path = directory / f"epoch_{self.epoch:06d}.pt"
+        checkpoint.save_atomic(self.state_dict(), path)
+        checkpoint.prune(directory, self.config.keep_checkpoints)
+        self.logger.log_checkpoint(path)
+        return path

@@ -8,8 +8,8 @@ run from fighting itself for cores (puffer.threads).
 CPU shares are percentages of the CPUs this process may use (its affinity mask), so that main +
 workers + others + idle add up to 100: `perf/cpu_others_pct` of 60 on 2 CPUs means other
 processes kept 1.2 cores busy, and a profile's times are then inflated by contention, not by
-the run. "Workers" are this process's child processes (Multiprocessing workers, a local Ray's
-processes are not children and count as others). Steal is time the hypervisor gave away.
+the run. "Workers" are this process's child processes (Multiprocessing workers) and the processes a vector
+env names as its local workers (`VecEnv.local_worker_pids`: a local Ray's env actors). Steal is time the hypervisor gave away.
 """
 
 from __future__ import annotations
@@ -46,7 +46,19 @@ class MachineUsage:
             self.cpu_ids = list(range(psutil.cpu_count() or 1))
         self.cuda = str(device).startswith("cuda")
         self.last: dict[str, float] = {}
+        self.tracked: dict[int, psutil.Process] = {}  # workers that are not our children
         self.restart()
+
+    def track(self, pids: list[int]) -> None:
+        """Count these processes as workers too (a local Ray's env actors are not children)."""
+        for pid in pids:
+            try:
+                process = psutil.Process(pid)
+                seconds = _cpu_seconds(process)
+            except psutil.Error:  # already gone
+                continue
+            self.tracked[pid] = process
+            self.children[pid] = (process, seconds, seconds)  # counted from now
 
     def restart(self) -> None:
         self.started = time.perf_counter()
@@ -69,7 +81,7 @@ class MachineUsage:
     def _update_children(self, initial: bool = False) -> None:
         """CPU seconds of each child process; a child born after restart() counts from zero,
         and one that exited keeps its last reading."""
-        for child in self.process.children(recursive=True):
+        for child in [*self.process.children(recursive=True), *self.tracked.values()]:
             try:
                 seconds = _cpu_seconds(child)
             except psutil.Error:  # exited meanwhile

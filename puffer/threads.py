@@ -89,10 +89,8 @@ def launcher_jobs(cpus: int) -> tuple[int | None, str]:
     joblib runs `n_jobs` jobs on this machine at once; Ray reserves `remote.num_cpus` per job.
     The basic launcher runs one job at a time, and SLURM gives each job its own CPUs (the
     affinity mask already says how many)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-    except ImportError:
-        return None, ""
+    from hydra.core.hydra_config import HydraConfig
+
     if not HydraConfig.initialized():
         return None, ""
     launcher = HydraConfig.get().get("launcher") or {}

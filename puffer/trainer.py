@@ -71,6 +71,8 @@ class Trainer:
         self.recurrent = getattr(policy, "is_recurrent", False)
         self.forward = torch.compile(self.policy) if config.compile and not self.recurrent else self.policy
         self.profiler = profiler or Profiler(self.device.type)
+        if self.profiler.machine is not None:
+            self.profiler.machine.track(vecenv.local_worker_pids())
         # bf16 autocast around the policy's forward passes (matmuls and convs in bf16, losses
         # and softmaxes kept in float32 by autocast's own rules).
         self.autocast = (functools.partial(torch.autocast, self.device.type, dtype=torch.bfloat16)

@@ -102,3 +102,18 @@ def test_auto_can_pick_more_workers_than_cores_and_the_run_builds_them(make_cfg,
     with make_vecenv(cfg, cartpole) as vec:  # vec.overwork is False: the pick's own flag counts
         assert isinstance(vec, Multiprocessing) and vec.num_workers == 2 * cores
         assert vec.batch_size == 2 * cores
+
+
+def test_the_profiler_counts_local_ray_actors_as_workers_not_as_other_processes(local_ray):
+    import psutil
+
+    from puffer.machine import MachineUsage
+
+    with puffer.vector.make(cartpole, num_envs=4, num_workers=2, backend="ray") as vec:
+        pids = vec.local_worker_pids()
+        assert len(pids) == 2 and os.getpid() not in pids and all(psutil.pid_exists(p) for p in pids)
+        usage = MachineUsage()
+        usage.track(pids)
+        rollout(vec, 2000)
+        metrics = usage.metrics()
+    assert metrics["perf/cpu_workers_pct"] > 1.0, metrics

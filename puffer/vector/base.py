@@ -190,6 +190,11 @@ class VecEnv:
     def set_state(self, state: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot restore env state")
 
+    def local_worker_pids(self) -> list[int]:
+        """Processes on this machine that step envs for this vector env and are not children of
+        this process (a local Ray's actors), so that the profiler counts them as workers."""
+        return []
+
     def current(self) -> tuple[np.ndarray, np.ndarray]:
         """Observations and masks of every row as the last recv() left them."""
         return self.buffers.observations, self.buffers.masks

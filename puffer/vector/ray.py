@@ -9,7 +9,9 @@ the same async batches, over `ray.wait`. Needs the ray extra: pip install 'puffe
 from __future__ import annotations
 
 import logging
+import os
 import pickle
+import socket
 
 import numpy as np
 
@@ -52,6 +54,9 @@ class _Worker:
 
     def ready(self) -> bool:
         return True
+
+    def where(self) -> tuple[str, int]:
+        return socket.gethostname(), os.getpid()
 
     def reset(self, seed):
         return self._result(self.group.reset(seed))
@@ -107,6 +112,12 @@ class Ray(VecEnv):
         # Every actor built its envs, or we raise its error now.
         self._pending: dict = {actor.ready.remote(): w for w, actor in enumerate(self._actors)}
         self._drain()
+
+    def local_worker_pids(self) -> list[int]:
+        """The actors running on this machine (a local Ray's, or this node's of a cluster)."""
+        here = socket.gethostname()
+        found = self._ray.get([actor.where.remote() for actor in self._actors])
+        return [pid for host, pid in found if host == here]
 
     def _rows(self, w: int) -> slice:
         per = self.envs_per_worker * self.agents_per_env

@@ -150,12 +150,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
             report_profile(metrics, run_dir)
             return metrics
         vecenv.close()
+        # The trained policy is saved before evaluating it: an evaluation that fails or never
+        # ends must not cost the run (`mode=eval checkpoint=<run dir>` can evaluate it again).
+        checkpoint.save_atomic({"policy": policy.state_dict(), "config": trainer.full_config},
+                               run_dir / "model.pt")
         metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if evaluation:
             logger.log(evaluation, trainer.global_step)
-        checkpoint.save_atomic({"policy": policy.state_dict(), "config": trainer.full_config},
-                               run_dir / "model.pt")
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
                  metrics.get("eval/return_mean", float("nan")),
                  metrics.get("eval/return_ci95", float("nan")), cfg.train.eval_episodes)

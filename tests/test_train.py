@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from wandb_records import finished_run_records
 
+from puffer.evaluation import EVAL_SEED_OFFSET
 from puffer.loggers import read_metrics
 from puffer.run import run
 
@@ -85,3 +88,35 @@ def test_default_config_solves_cartpole_within_100k_steps(seed, make_cfg, tmp_pa
 def test_a_continuous_action_env_improves_over_random_play(make_cfg, tmp_path):
     metrics = run(make_cfg("env=classic/pendulum", "train.total_timesteps=81920", "train.eval_episodes=10"), tmp_path)
     assert metrics["eval/return_mean"] > -800  # random play: about -1200
+
+
+class CrashesInEvaluation(gym.Env):
+    """CartPole-like dummy whose env raises once seeded with an evaluation seed."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.evaluating = seed is not None and seed >= EVAL_SEED_OFFSET
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        if self.evaluating:
+            raise RuntimeError("this env fails in evaluation")
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= 10, False, {}
+
+
+def test_the_trained_policy_is_saved_before_evaluation_so_a_failing_evaluation_loses_nothing(make_cfg, tmp_path):
+    gym.register(id="puffer_test/CrashesInEvaluation-v0", entry_point=CrashesInEvaluation)
+    cfg = make_cfg("env=classic/gym", "env.id=puffer_test/CrashesInEvaluation-v0", "train.total_timesteps=512")
+    with pytest.raises(Exception, match="fails in evaluation"):
+        run(cfg, tmp_path)
+    saved = torch.load(tmp_path / "model.pt", weights_only=False)
+    final = torch.load(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1], weights_only=False)
+    assert all(torch.equal(saved["policy"][k], final["policy"][k]) for k in final["policy"])

@@ -49,24 +49,25 @@ def prune(directory: Path, keep: int) -> None:
         old.unlink()
 
 
-def find_latest(root: str | Path) -> Path:
-    """The newest checkpoint under `root` (a run directory or the whole outputs/ tree)."""
+def find_latest(root: str | Path, key: str = "resume") -> Path:
+    """The newest checkpoint under `root` (a run directory or the whole outputs/ tree); `key`
+    is the config key that asked, for the error."""
     candidates = sorted(Path(root).glob(f"**/checkpoints/{PATTERN}"), key=lambda p: p.stat().st_mtime)
     if not candidates:
-        raise CheckpointError(errno.ENOENT, f"resume=latest: no checkpoint under {Path(root).resolve()}")
+        raise CheckpointError(errno.ENOENT, f"{key}=latest: no checkpoint under {Path(root).resolve()}")
     return candidates[-1]
 
 
-def resolve(resume: str, outputs: str | Path = "outputs") -> Path:
-    """`resume=latest` -> the newest checkpoint under outputs/; a run directory -> its newest;
-    a file -> itself."""
-    if resume == "latest":
-        return find_latest(outputs)
-    path = Path(resume)
+def resolve(value: str, outputs: str | Path = "outputs", key: str = "resume") -> Path:
+    """`latest` -> the newest checkpoint under outputs/; a run directory -> its newest; a file ->
+    itself. `key` (resume, checkpoint) is the config key the value came from, for the error."""
+    if value == "latest":
+        return find_latest(outputs, key)
+    path = Path(value)
     if path.is_dir():
-        return find_latest(path)
+        return find_latest(path, key)
     if not path.is_file():
-        raise CheckpointError(errno.ENOENT, f"resume={resume!r}: no such checkpoint file or run directory")
+        raise CheckpointError(errno.ENOENT, f"{key}={value!r}: no such checkpoint file or run directory")
     return path
 
 

@@ -277,6 +277,14 @@ def validate(cfg) -> None:
     """Reject impossible combinations before any env starts. `cfg` is the composed run config."""
     t, v = cfg.train, cfg.vec
     _require(cfg.mode.name in MODES, "mode.name", cfg.mode.name, f"one of {MODES}")
+    _require(cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0")
+    missing = sorted(OmegaConf.missing_keys(cfg.env))
+    if missing:
+        raise ConfigError(f"env.{missing[0]} is required by this env config and was not given "
+                          "(e.g. python -m puffer env=classic/gym env.id=MountainCar-v0)")
+    for key in ("hidden_size", "num_layers"):
+        if key in cfg.policy:
+            _require(cfg.policy[key] >= 1, f"policy.{key}", cfg.policy[key], "an integer >= 1")
     _require(v.backend in BACKENDS, "vec.backend", v.backend, f"one of {BACKENDS}")
     _require(v.num_envs >= 1, "vec.num_envs", v.num_envs, "an integer >= 1")
     _require(t.total_timesteps > 0, "train.total_timesteps", t.total_timesteps, "an integer > 0")

@@ -172,7 +172,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 
 def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """mode=eval: the evaluation protocol on a saved policy; results in eval.json and metrics."""
-    path = checkpoint.resolve(cfg.checkpoint)
+    path = checkpoint.resolve(cfg.checkpoint, key="checkpoint")
     device = resolve_device(cfg.device)
     env_creator = make_env_creator(cfg, evaluation=True)
     state = torch.load(path, map_location=device, weights_only=False)

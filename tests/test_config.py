@@ -96,11 +96,22 @@ def test_wrong_type_is_rejected_with_its_name(make_cfg):
         ("logger.mode=sometimes", "logger.mode='sometimes'"),
         ("train._target_=puffer.models.Default", "train._target_='puffer.models.Default'"),
         ("train._target_=puffer.nowhere.PPO", "train._target_='puffer.nowhere.PPO': cannot import"),
+        ("seed=-1", "seed=-1: expected an integer >= 0"),
+        ("policy.num_layers=0", "policy.num_layers=0: expected an integer >= 1"),
+        ("env=classic/gym", "env.id is required by this env config"),
     ],
 )
 def test_impossible_values_are_rejected_before_envs_start(make_cfg, override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
         validate(make_cfg(override))
+
+
+def test_a_missing_eval_checkpoint_names_the_checkpoint_key(make_cfg, tmp_path):
+    from puffer.checkpoint import CheckpointError
+    from puffer.run import run
+
+    with pytest.raises(CheckpointError, match="checkpoint='bogus': no such checkpoint"):
+        run(make_cfg("mode=eval", "checkpoint=bogus"), tmp_path)
 
 
 def test_cuda_device_without_cuda_is_a_clear_error(make_cfg):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 
 import gymnasium as gym
@@ -282,3 +283,21 @@ def test_structured_observation_env_writes_rows_in_place():
 def test_nest_builder_follows_space_order():
     space = spaces.Tuple((spaces.Discrete(2), spaces.Dict({"x": spaces.Discrete(3)})))
     assert build_nest(space, iter([1, 2])) == (1, {"x": 2})
+
+
+def test_a_float_observation_slightly_outside_its_bounds_is_warned_once_not_fatal(caplog):
+    """LunarLander-v3's y reaches 2.52 of its declared 2.5 after long training: a warning per key,
+    not an error that ends a finished run's evaluation. Far outside, or an integer out of range,
+    stays an error."""
+    space = spaces.Dict({"pos": spaces.Box(-2.5, 2.5, (2,), np.float32), "cell": spaces.Box(0, 9, (1,), np.int64)})
+    layout = ObsLayout(space)
+    drifted = {"pos": np.array([0.0, 2.52], np.float32), "cell": np.array([3])}
+    with caplog.at_level(logging.WARNING, logger="puffer.spaces"):
+        layout.check(drifted, "LunarLanderLike-v0")
+        layout.check(drifted, "LunarLanderLike-v0")
+    warnings = [r for r in caplog.records if "outside the bounds" in r.getMessage()]
+    assert len(warnings) == 1 and "obs['pos']: value 2.519" in warnings[0].getMessage()
+    with pytest.raises(SpaceError, match=r"obs\['pos'\]: value 4.0 at index \[1\] is outside"):  # far off
+        layout.check({**drifted, "pos": np.array([0.0, 4.0], np.float32)}, "LunarLanderLike-v0")
+    with pytest.raises(SpaceError, match=r"obs\['cell'\]: value 10 at index \[0\] is outside"):
+        layout.check({**drifted, "cell": np.array([10])}, "LunarLanderLike-v0")

@@ -53,6 +53,9 @@ class TrainConfig:
     keep_checkpoints: int = 3
     # Episodes of the final evaluation (deterministic policy, seeds apart from training's).
     eval_episodes: int = 20
+    # The most steps one evaluation episode may take; one that reaches it is cut (and counted
+    # as eval/truncated), so an env with no time limit cannot hang the end of a run.
+    eval_max_steps: int = 100_000
     # Torch intra-op threads while learning; 0: the thread policy (puffer.threads) picks what
     # helps the model (one for small MLPs), within this job's share of the usable CPUs.
     torch_threads: int = 0
@@ -308,6 +311,7 @@ def validate(cfg) -> None:
         _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0 (0 picks for the machine)")
     _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
     _require(t.eval_episodes >= 0, "train.eval_episodes", t.eval_episodes, "an integer >= 0")
+    _require(t.eval_max_steps >= 1, "train.eval_max_steps", t.eval_max_steps, "an integer >= 1")
     algorithm_class(t._target_)
     _require(cfg.logger.backend in LOGGER_BACKENDS, "logger.backend", cfg.logger.backend,
              f"one of {LOGGER_BACKENDS}")

@@ -8,6 +8,7 @@ recurrent policy's state restarts where it does in training (puffer.rollout.epis
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -17,6 +18,8 @@ from puffer import threads
 from puffer.models import ActionDist
 from puffer.rollout import episode_starts
 from puffer.vector import Serial
+
+log = logging.getLogger(__name__)
 
 # Eval env i is seeded with train seed + EVAL_SEED_OFFSET + i: never a training seed.
 EVAL_SEED_OFFSET = 1_000_003
@@ -29,8 +32,14 @@ def episode_quotas(episodes: int, num_envs: int) -> np.ndarray:
 @torch.inference_mode()
 def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
              device: str | torch.device = "cpu", deterministic: bool = True,
-             num_envs: int = 8, max_steps: int = 1_000_000) -> dict[str, float]:
-    """Play `episodes` episodes; returns mean/std/95% interval of the episode return and length."""
+             num_envs: int = 8, max_episode_steps: int = 100_000) -> dict[str, float]:
+    """Play `episodes` episodes; returns mean/std/95% interval of the episode return and length.
+
+    An episode that reaches `max_episode_steps` (train.eval_max_steps) is cut, so that an env
+    with no time limit cannot hang the evaluation: it counts toward its slot's quota as
+    `truncated`, with no return (it has none), and since its env cannot be reset alone, so does
+    the rest of that slot's quota. A warning says how many; if every episode was cut, the return
+    statistics are NaN."""
     num_envs = max(1, min(num_envs, episodes))
     returns, lengths = [], []
     with Serial(env_creator, num_envs=num_envs, seed=seed + EVAL_SEED_OFFSET) as vec, threads.using(
@@ -39,6 +48,8 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
         rows = vec.agents_per_env if vec.driver_env.independent_rows else 1
         quotas = episode_quotas(episodes, num_envs * rows)
         done_count = np.zeros_like(quotas)
+        episode_steps = np.zeros_like(quotas)  # steps of each slot's current episode
+        truncated = 0
         dist = ActionDist(vec.single_action_space)
         vec.async_reset()
         received = vec.recv()
@@ -46,7 +57,7 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
         if recurrent:
             state = policy.initial_state(vec.num_agents, device)
             prev_done = before_done = np.zeros(vec.num_agents, dtype=bool)
-        for _ in range(max_steps):
+        while (done_count < quotas).any():
             obs_t = torch.from_numpy(received.obs).to(device)
             if recurrent:  # the state restarts where training's does (puffer.rollout)
                 starts = episode_starts(prev_done, before_done, received.masks)
@@ -59,17 +70,26 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
             received = vec.recv()
             if recurrent:
                 before_done, prev_done = prev_done, received.terminals | received.truncations
+            episode_steps += 1
             for info in received.infos:
                 slot = info["env_id"] * rows + info.get("row", 0)
-                if "episode_return" in info and done_count[slot] < quotas[slot]:
-                    done_count[slot] += 1
-                    returns.append(info["episode_return"])
-                    lengths.append(info["episode_length"])
-            if (done_count >= quotas).all():
-                break
-        else:
-            raise RuntimeError(f"evaluation did not finish {episodes} episodes in {max_steps} steps")
+                if "episode_return" in info:
+                    episode_steps[slot] = 0
+                    if done_count[slot] < quotas[slot]:
+                        done_count[slot] += 1
+                        returns.append(info["episode_return"])
+                        lengths.append(info["episode_length"])
+            cut = (episode_steps >= max_episode_steps) & (done_count < quotas)
+            if cut.any():
+                truncated += int((quotas - done_count)[cut].sum())
+                done_count[cut] = quotas[cut]
+    if truncated:
+        log.warning("evaluation: %d of %d episodes reached train.eval_max_steps=%d steps and were cut "
+                    "(no return counted for them)", truncated, episodes, max_episode_steps)
     returns = np.asarray(returns, dtype=np.float64)
+    if len(returns) == 0:
+        return {"return_mean": math.nan, "return_std": math.nan, "return_ci95": math.nan,
+                "length_mean": math.nan, "episodes": 0, "truncated": truncated}
     half_width = 1.96 * returns.std(ddof=1) / math.sqrt(len(returns)) if len(returns) > 1 else 0.0
     return {
         "return_mean": float(returns.mean()),
@@ -77,4 +97,5 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
         "return_ci95": float(half_width),
         "length_mean": float(np.mean(lengths)),
         "episodes": len(returns),
+        "truncated": truncated,
     }

@@ -256,6 +256,6 @@ def final_evaluation(cfg: DictConfig, policy, env_creator, device: str) -> dict[
     metrics = {}
     for deterministic, prefix in ((True, "eval/"), (False, "eval/stochastic_")):
         result = evaluate(policy, env_creator, cfg.train.eval_episodes, cfg.seed, device,
-                          deterministic=deterministic)
+                          deterministic=deterministic, max_episode_steps=cfg.train.eval_max_steps)
         metrics.update({f"{prefix}{k}": v for k, v in result.items()})
     return metrics

@@ -120,3 +120,23 @@ def test_the_trained_policy_is_saved_before_evaluation_so_a_failing_evaluation_l
     saved = torch.load(tmp_path / "model.pt", weights_only=False)
     final = torch.load(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1], weights_only=False)
     assert all(torch.equal(saved["policy"][k], final["policy"][k]) for k in final["policy"])
+
+
+def test_an_evaluation_episode_that_never_ends_is_cut_at_eval_max_steps_and_counted(caplog):
+    """CliffWalking-v1 has no time limit; a policy that always walks up never reaches the goal."""
+    from puffer.emulation import GymnasiumPufferEnv
+    from puffer.evaluation import evaluate
+    from puffer.models import Default
+
+    def cliff():
+        return GymnasiumPufferEnv(env=gym.make("CliffWalking-v1"))
+
+    probe = cliff()
+    policy = Default(probe.single_observation_space, probe.single_action_space)
+    probe.close()
+    torch.nn.init.zeros_(policy.action_head.logits.weight)  # equal logits: argmax is action 0, up
+    torch.nn.init.zeros_(policy.action_head.logits.bias)
+    with caplog.at_level("WARNING", logger="puffer.evaluation"):
+        result = evaluate(policy, cliff, episodes=3, seed=0, num_envs=2, max_episode_steps=200)
+    assert result["truncated"] == 3 and result["episodes"] == 0 and np.isnan(result["return_mean"])
+    assert "3 of 3 episodes reached train.eval_max_steps=200 steps" in caplog.text

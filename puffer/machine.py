@@ -8,16 +8,18 @@ run from fighting itself for cores (puffer.threads).
 CPU shares are percentages of the CPUs this process may use (its affinity mask), so that main +
 workers + others + idle add up to 100: `perf/cpu_others_pct` of 60 on 2 CPUs means other
 processes kept 1.2 cores busy, and a profile's times are then inflated by contention, not by
-the run. "Workers" are this process's child processes (Multiprocessing workers) and the processes a vector
-env names as its local workers (`VecEnv.local_worker_pids`: a local Ray's env actors). Steal is time the hypervisor gave away.
+the run. "Workers" are this process's child processes (Multiprocessing workers) and the
+processes a vector env names as its local workers (`VecEnv.local_worker_pids`: a local Ray's env
+actors). Steal is time the hypervisor gave away.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import psutil
+
+from puffer.threads import affinity_cpus
 
 # Sampling walks the process tree; more often than this it would cost a fast loop (ocean
 # CartPole logs an epoch every ~20 ms) a measurable share, and the numbers are averages anyway.
@@ -40,10 +42,7 @@ class MachineUsage:
 
     def __init__(self, device: str = "cpu"):
         self.process = psutil.Process()
-        try:
-            self.cpu_ids = sorted(os.sched_getaffinity(0))
-        except AttributeError:  # not on Linux: every CPU
-            self.cpu_ids = list(range(psutil.cpu_count() or 1))
+        self.cpu_ids = affinity_cpus()
         self.cuda = str(device).startswith("cuda")
         self.last: dict[str, float] = {}
         self.tracked: dict[int, psutil.Process] = {}  # workers that are not our children

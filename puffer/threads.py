@@ -71,12 +71,17 @@ def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     return None if quota <= 0 or period <= 0 else quota / period
 
 
+def affinity_cpus() -> list[int]:
+    """The ids of the CPUs this process may run on (its affinity mask; every CPU off Linux)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return list(range(os.cpu_count() or 1))
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on: its affinity mask, capped by a cgroup quota."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
+    cpus = len(affinity_cpus())
     limit = cgroup_cpu_limit()
     if limit is not None:
         cpus = min(cpus, max(1, math.ceil(limit)))

@@ -44,6 +44,10 @@ class TrainConfig:
     vf_clip_coef: float = 0.2
     ent_coef: float = 0.01
     vf_coef: float = 0.5
+    # Rewards divided by the running std of the discounted return, clipped to +-reward_clip
+    # (puffer.normalize.RewardScaler); episode returns are still logged unscaled.
+    norm_reward: bool = False
+    reward_clip: float = 10.0
     max_grad_norm: float = 0.5
     target_kl: float | None = None
     adam_eps: float = 1e-5
@@ -170,6 +174,10 @@ class DefaultPolicyConfig:
     activation: str = "tanh"
     # lstm: wrap the policy in puffer.models.LSTMWrapper; null: feed-forward.
     rnn: str | None = None
+    # Standardize the float leaves of observations with running statistics kept in the policy
+    # (puffer.normalize.NormalizedPolicy), clipped to +-obs_clip.
+    norm_obs: bool = False
+    obs_clip: float = 10.0
 
 
 @dataclass
@@ -181,6 +189,8 @@ class CNNPolicyConfig:
     hidden_size: int = 512
     channels_last: bool = True
     rnn: str | None = None
+    norm_obs: bool = False
+    obs_clip: float = 10.0
 
 
 @dataclass
@@ -288,6 +298,9 @@ def validate(cfg) -> None:
     for key in ("hidden_size", "num_layers"):
         if key in cfg.policy:
             _require(cfg.policy[key] >= 1, f"policy.{key}", cfg.policy[key], "an integer >= 1")
+    if "obs_clip" in cfg.policy:
+        _require(cfg.policy.obs_clip > 0, "policy.obs_clip", cfg.policy.obs_clip, "a number > 0")
+    _require(t.reward_clip > 0, "train.reward_clip", t.reward_clip, "a number > 0")
     _require(v.backend in BACKENDS, "vec.backend", v.backend, f"one of {BACKENDS}")
     _require(v.num_envs >= 1, "vec.num_envs", v.num_envs, "an integer >= 1")
     _require(t.total_timesteps > 0, "train.total_timesteps", t.total_timesteps, "an integer > 0")

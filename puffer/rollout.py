@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from puffer.models import ActionDist
+from puffer.normalize import RewardScaler
 from puffer.profiler import Profiler
 from puffer.vector.base import Received, rows_of
 
@@ -78,7 +79,8 @@ class Collector:
     held, unsent, until the next rollout. `steps` counts every action sent (the global step)."""
 
     def __init__(self, vecenv, policy: nn.Module, rollout: Rollout, seed: int = 0, forward=None,
-                 profiler: Profiler | None = None, autocast=None):
+                 profiler: Profiler | None = None, autocast=None,
+                 reward_scaler: RewardScaler | None = None):
         self.vecenv = vecenv
         self.policy = policy
         self.forward = forward or policy
@@ -87,6 +89,7 @@ class Collector:
         self.device = rollout.obs.device
         self.profiler = profiler or Profiler(self.device.type, enabled=False)
         self.autocast = autocast
+        self.reward_scaler = reward_scaler  # rewards are stored scaled when given
         self.dist = ActionDist(vecenv.single_action_space)
         self.recurrent = getattr(policy, "is_recurrent", False)
         N = vecenv.num_agents
@@ -210,9 +213,13 @@ class Collector:
         t = int(self._ptr[rows].min()) - 1
         index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
         done = terminals | truncations
-        r.rewards[t, index] = torch.from_numpy(rewards).to(self.device)
+        rewards_t = torch.from_numpy(rewards).to(self.device)
+        dones_t = torch.from_numpy(done).to(self.device, torch.float32)
+        if self.reward_scaler is not None:
+            rewards_t = self.reward_scaler(index, rewards_t, dones_t, r.valid[t, index])
+        r.rewards[t, index] = rewards_t
         r.terminals[t, index] = torch.from_numpy(terminals).to(self.device, torch.float32)
-        r.dones[t, index] = torch.from_numpy(done).to(self.device, torch.float32)
+        r.dones[t, index] = dones_t
         self._before_done[rows] = self._prev_done[rows]
         self._prev_done[rows] = done
         self._awaiting[rows] = False
@@ -239,6 +246,7 @@ class Collector:
             "before_done": self._before_done.copy(),
             "recurrent_state": [x.clone() for x in self.state] if self.recurrent else None,
             "env_state": self.vecenv.get_state(),
+            "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else None,
         }
 
     def load_state_dict(self, state: dict | None) -> None:
@@ -248,7 +256,11 @@ class Collector:
         env_state = state["env_state"]
         backend = self.vecenv.backend_name
         saved = "none" if env_state is None else env_state.get("backend", "serial")
-        if saved != backend:
+        continues = saved == backend
+        if self.reward_scaler is not None and state.get("reward_scaler") is not None:
+            # the statistics always; each row's running return only if its episode continues
+            self.reward_scaler.load_state_dict(state["reward_scaler"], returns=continues)
+        if not continues:
             log.warning("the checkpoint holds no env state for backend %s (it has %s); envs restart "
                         "from their seeds", backend, saved)
             return

@@ -63,18 +63,24 @@ def multiprocessing_options(v: DictConfig, overwork: bool = False) -> dict[str, 
 
 
 def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module:
-    """The policy group's `_target_`; `rnn: lstm` wraps it in an LSTM."""
+    """The policy group's `_target_`; `rnn: lstm` wraps it in an LSTM, `norm_obs: true` in
+    running observation normalization (outermost, so the LSTM sees normalized inputs too)."""
     node = dict(OmegaConf.to_container(policy_cfg, resolve=True) if isinstance(policy_cfg, DictConfig)
                 else policy_cfg)
     rnn = node.pop("rnn", None)
+    norm_obs, obs_clip = node.pop("norm_obs", False), node.pop("obs_clip", 10.0)
     policy = instantiate(node, observation_space, action_space)
-    if rnn is None:
-        return policy
-    if rnn != "lstm":
-        raise ConfigError(f"policy.rnn={rnn!r}: expected lstm or null")
-    from puffer.models import LSTMWrapper
+    if rnn is not None:
+        if rnn != "lstm":
+            raise ConfigError(f"policy.rnn={rnn!r}: expected lstm or null")
+        from puffer.models import LSTMWrapper
 
-    return LSTMWrapper(policy)
+        policy = LSTMWrapper(policy)
+    if norm_obs:
+        from puffer.normalize import NormalizedPolicy
+
+        policy = NormalizedPolicy(policy, observation_space, clip=obs_clip)
+    return policy
 
 
 def make_policy(cfg: DictConfig, vecenv) -> torch.nn.Module:

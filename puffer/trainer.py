@@ -27,6 +27,7 @@ from puffer import checkpoint, threads
 from puffer.allocator import retain_freed_memory
 from puffer.config import TrainConfig
 from puffer.loggers.base import Logger
+from puffer.normalize import RewardScaler
 from puffer.profiler import Profiler
 from puffer.rollout import Collector, Rollout
 
@@ -91,8 +92,11 @@ class Trainer:
         self.num_epochs = math.ceil(config.total_timesteps / self.batch_size)
         self.rollout = Rollout(T, N, vecenv.single_observation_space, vecenv.action_shape,
                                vecenv.action_dtype, self.device, policy)
+        reward_scaler = (RewardScaler(N, config.gamma, config.reward_clip, self.device)
+                         if config.norm_reward else None)
         self.collector = Collector(vecenv, self.policy, self.rollout, seed=seed, forward=self.forward,
-                                   profiler=self.profiler, autocast=self.autocast)
+                                   profiler=self.profiler, autocast=self.autocast,
+                                   reward_scaler=reward_scaler)
         self.epoch = 0
         self.last_metrics: dict[str, float] = {}
 
@@ -115,6 +119,14 @@ class Trainer:
         """Learn from `self.rollout`; returns `train/*` metrics. Each algorithm implements it."""
         raise NotImplementedError(f"{type(self).__name__} implements no update()")
 
+    def update_obs_stats(self) -> None:
+        """A policy with running observation statistics (puffer.normalize.NormalizedPolicy) merges
+        the rollout it has just learned from: the next rollout is collected and learned from
+        with the same statistics."""
+        update = getattr(self.policy, "update_obs_stats", None)
+        if update is not None:
+            update(self.rollout.obs[self.rollout.valid])
+
     # -- the loop ----------------------------------------------------------------------------
     def train(self) -> dict[str, float]:
         """Run epochs until total_timesteps; log each epoch; checkpoint on schedule and at the end."""
@@ -126,6 +138,7 @@ class Trainer:
                 self.collect()
             with self.profiler.learn, threads.using(self.threads.learn):
                 losses = self.update()
+                self.update_obs_stats()
             self.epoch += 1
             metrics = {**losses, **self._episode_metrics(), **self.profiler.metrics(),
                        **self.threads.metrics()}

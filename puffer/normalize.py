@@ -1,0 +1,184 @@
+"""Running normalization of observations and rewards (the `normalize: true` of rl-baselines3-zoo).
+
+What lives here: `RunningMeanStd` (mean and variance of a stream, merged batch by batch),
+`NormalizedPolicy` (a policy wrapper that standardizes the float leaves of each observation with
+running statistics it keeps as buffers) and `RewardScaler` (rewards divided by the running std of
+the discounted return). What does not: when statistics are updated (puffer.trainer, after each
+update; puffer.rollout, as rewards arrive), building policies from configs (puffer.run).
+
+Why the observation statistics live in the policy: they are part of what the policy computes.
+Kept as buffers, they travel with its state_dict into checkpoints and model.pt, are restored on
+resume and are applied, frozen, wherever the policy is called (evaluation, mode=eval, a loaded
+agent). The trainer updates them between epochs only, from the rollout it has just learned from,
+so a rollout is collected and learned from with the same statistics (PPO's ratio starts at 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from puffer.config import ConfigError
+from puffer.spaces import ObsLayout
+
+EPSILON = 1e-8  # added to the variance before its square root, as SB3's VecNormalize does
+
+
+class RunningMeanStd(nn.Module):
+    """Mean and (population) variance of every element over all batches seen, in float64.
+
+    Batches are merged with the parallel-variance formula of Chan et al. (1979), so the result is
+    the statistics of the whole stream, whatever its batch sizes. Before any data: mean 0, var 1."""
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor) -> None:
+        """Merge a batch of shape (n, *shape) into the statistics; an empty batch is ignored."""
+        n = batch.shape[0]
+        if n == 0:
+            return
+        batch = batch.to(self.mean.device, torch.float64)
+        batch_mean = batch.mean(0)
+        batch_var = batch.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
+        self.mean += delta * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def std(self) -> torch.Tensor:
+        return (self.var + EPSILON).sqrt()
+
+
+def float_columns(observation_space: spaces.Space) -> tuple[ObsLayout | None, list]:
+    """Where the float values of an emulated observation sit: (layout, [(byte_start, byte_stop,
+    dtype, element_start, element_stop)]) per float Box leaf; layout is None for a plain Box."""
+    native = getattr(observation_space, "native", None)
+    if native is None:
+        if not np.issubdtype(observation_space.dtype, np.floating):
+            return None, []
+        size = int(np.prod(observation_space.shape))
+        return None, [(0, size * np.dtype(observation_space.dtype).itemsize,
+                       np.dtype(observation_space.dtype).name, 0, size)]
+    layout = ObsLayout(native)
+    columns, element = [], 0
+    for leaf in layout.leaves:
+        if isinstance(leaf.space, spaces.Box) and np.issubdtype(leaf.dtype, np.floating):
+            columns.append((leaf.offset, leaf.offset + leaf.nbytes, leaf.dtype.name, element,
+                            element + leaf.size))
+            element += leaf.size
+    return layout, columns
+
+
+class NormalizedPolicy(nn.Module):
+    """`policy` on observations whose float leaves are standardized by running statistics:
+    (x - mean) / sqrt(var + 1e-8), clipped to +-`clip`. Integer leaves (pixels, discrete values)
+    pass unchanged. Before the first `update_obs_stats`, observations pass unchanged.
+
+    `policy.norm_obs: true` builds it (puffer.run.build_policy); it forwards `forward`, `step`,
+    `forward_sequence` and `initial_state`, so it wraps recurrent policies too."""
+
+    def __init__(self, policy: nn.Module, observation_space: spaces.Space, clip: float = 10.0):
+        super().__init__()
+        layout, columns = float_columns(observation_space)
+        if not columns:
+            raise ConfigError(
+                f"policy.norm_obs=true: the observation space {observation_space} has no float Box "
+                "leaf to normalize (integer leaves such as pixels are scaled by the policy); "
+                "expected policy.norm_obs=false for this env")
+        if clip <= 0:
+            raise ConfigError(f"policy.obs_clip={clip!r}: expected a number > 0")
+        self.policy = policy
+        self.clip = float(clip)
+        self.is_recurrent = getattr(policy, "is_recurrent", False)
+        self.obs_dtype = np.dtype(observation_space.dtype)
+        # A row that is all floats is standardized as one vector; a byte row leaf by leaf.
+        self.whole_row = np.issubdtype(self.obs_dtype, np.floating)
+        self.columns = columns
+        self.obs_rms = RunningMeanStd((columns[-1][4],))
+
+    def float_values(self, obs: torch.Tensor) -> torch.Tensor:
+        """(batch, float elements) of a batch of flat rows, in the rows' own float dtype."""
+        batch = obs.shape[0]
+        if self.whole_row:
+            return obs.reshape(batch, -1)
+        raw = obs.contiguous().view(torch.uint8).reshape(batch, -1)
+        return torch.cat([raw[:, start:stop].contiguous().view(getattr(torch, dtype)).double()
+                          for start, stop, dtype, _, _ in self.columns], dim=1)
+
+    @torch.no_grad()
+    def update_obs_stats(self, obs: torch.Tensor) -> None:
+        """Merge a batch of flat rows (valid ones only: no dead agents or dummy reset steps)."""
+        self.obs_rms.update(self.float_values(obs))
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        values = self.float_values(obs)
+        scaled = ((values - self.obs_rms.mean) / self.obs_rms.std()).clamp(-self.clip, self.clip)
+        # No statistics yet: unchanged (no clipping of raw values either).
+        scaled = torch.where(self.obs_rms.count > 0, scaled, values.double())
+        if self.whole_row:
+            return scaled.to(obs.dtype).reshape(obs.shape)
+        batch = obs.shape[0]
+        out = obs.contiguous().clone()
+        raw = out.view(torch.uint8).reshape(batch, -1)
+        for start, stop, dtype, first, last in self.columns:
+            leaf = scaled[:, first:last].to(getattr(torch, dtype)).contiguous()
+            raw[:, start:stop] = leaf.view(torch.uint8)
+        return out
+
+    def forward(self, obs: torch.Tensor):
+        return self.policy(self.normalize(obs))
+
+    def step(self, obs: torch.Tensor, state):
+        return self.policy.step(self.normalize(obs), state)
+
+    def forward_sequence(self, obs: torch.Tensor, state, starts: torch.Tensor):
+        steps, rows = obs.shape[:2]
+        flat = self.normalize(obs.reshape(steps * rows, *obs.shape[2:]))
+        return self.policy.forward_sequence(flat.reshape(obs.shape), state, starts)
+
+    def initial_state(self, batch: int, device="cpu"):
+        return self.policy.initial_state(batch, device)
+
+
+class RewardScaler:
+    """Rewards divided by the running std of each row's discounted return, clipped to +-`clip`
+    (SB3's VecNormalize norm_reward): the value targets keep a similar scale on every env.
+
+    Each row keeps its discounted return, which restarts at the end of an episode; only valid
+    steps (a live agent, not the dummy step after a reset) enter the statistics."""
+
+    def __init__(self, num_rows: int, gamma: float, clip: float, device: torch.device):
+        if clip <= 0:
+            raise ConfigError(f"train.reward_clip={clip!r}: expected a number > 0")
+        self.gamma, self.clip = gamma, clip
+        self.returns = torch.zeros(num_rows, dtype=torch.float64, device=device)
+        self.return_rms = RunningMeanStd(()).to(device)
+
+    @torch.no_grad()
+    def __call__(self, index, rewards: torch.Tensor, dones: torch.Tensor,
+                 valid: torch.Tensor) -> torch.Tensor:
+        """Scaled rewards of `rows` (an index or slice) for one step, after merging the rows'
+        new discounted returns into the statistics."""
+        returns = self.returns[index] * self.gamma + rewards.double()
+        self.return_rms.update(returns[valid])
+        self.returns[index] = returns * (1 - dones.double())
+        return (rewards.double() / self.return_rms.std()).clamp(-self.clip, self.clip).float()
+
+    def state_dict(self) -> dict:
+        return {"returns": self.returns.clone(), "return_rms": self.return_rms.state_dict()}
+
+    def load_state_dict(self, state: dict, returns: bool = True) -> None:
+        """Restore the statistics; with `returns`, also each row's running return (only when the
+        envs themselves continue mid-episode)."""
+        self.return_rms.load_state_dict(state["return_rms"])
+        if returns:
+            self.returns.copy_(state["returns"])

@@ -17,6 +17,7 @@ import torch
 from puffer import threads
 from puffer.models import ActionDist
 from puffer.rollout import episode_starts
+from puffer.stats import t_interval
 from puffer.vector import Serial
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ def episode_quotas(episodes: int, num_envs: int) -> np.ndarray:
 def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
              device: str | torch.device = "cpu", deterministic: bool = True,
              num_envs: int = 8, max_episode_steps: int = 100_000) -> dict[str, float]:
-    """Play `episodes` episodes; returns mean/std/95% interval of the episode return and length.
+    """Play `episodes` episodes; returns the mean, std and Student's t 95% interval of the
+    episode return, and the mean length.
 
     An episode that reaches `max_episode_steps` (train.eval_max_steps) is cut, so that an env
     with no time limit cannot hang the evaluation: it counts toward its slot's quota as
@@ -90,7 +92,7 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
     if len(returns) == 0:
         return {"return_mean": math.nan, "return_std": math.nan, "return_ci95": math.nan,
                 "length_mean": math.nan, "episodes": 0, "truncated": truncated}
-    half_width = 1.96 * returns.std(ddof=1) / math.sqrt(len(returns)) if len(returns) > 1 else 0.0
+    half_width = t_interval(returns) if len(returns) > 1 else 0.0
     return {
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()),

@@ -1,11 +1,20 @@
-"""Aggregate a finished Hydra multirun into a comparison table and plots.
+"""Aggregate finished Hydra multiruns: per-env tables, one score across envs, and comparisons.
 
     python -m puffer.report outputs/multirun/<date>/<time> [--out DIR] [--wandb]
+    python -m puffer.report A B        # compare two multiruns env by env (e.g. before/after)
 
-Jobs are grouped by their overrides minus `seed`: one row per setting with the number of seeds,
-the final evaluation return (mean and 95% interval over seeds), SPS and wall time. Writes
-report.md, report.csv, returns.png (episode return vs env steps, mean and a +-1 std band over
-seeds) and sps.png into the multirun directory (or --out); --wandb logs the table to W&B too.
+Jobs are grouped by env and by their overrides minus `seed` (a setting): one row per group with
+the number of seeds, the final evaluation return (mean over seeds and a Student's t 95% interval),
+the normalized score where puffer.references has the env (random policy 0, a published agent 1),
+SPS and wall time. Across envs, each variant (a setting without the env choice) gets the
+interquartile mean of normalized scores with a stratified bootstrap 95% interval and a
+performance profile (the rliable protocol; puffer.stats).
+
+Writes report.md, report.csv, returns.png (per env, the training episode return vs env steps:
+mean over seeds with a t interval), profile.png (performance profiles) and sps.png into the
+multirun directory (or --out); --wandb logs the table and plots to W&B too. A comparison writes
+compare.md: per env, both means with their intervals, the difference with Welch's t interval,
+and a flag where that interval excludes 0.
 """
 
 from __future__ import annotations
@@ -15,18 +24,19 @@ import csv
 import logging
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import yaml
+from scipy import stats as scipy_stats
 
+from puffer import stats
 from puffer.envs import describe
 from puffer.loggers import read_metrics
+from puffer.references import lookup
 
 log = logging.getLogger(__name__)
-
-COLUMNS = ["env", "setting", "seeds", "eval return", "+- 95%", "SPS", "wall s"]
 
 
 @dataclass
@@ -36,6 +46,8 @@ class Job:
     setting: str
     seed: int
     records: list[dict] = field(default_factory=list)
+    # The setting without the choice of env: what is compared across envs.
+    variant: str = "(defaults)"
 
     def last(self, key: str) -> float:
         values = [r[key] for r in self.records if isinstance(r.get(key), (int, float))]
@@ -47,9 +59,29 @@ class Job:
         return np.asarray(steps, float), np.asarray(values, float)
 
 
+@dataclass
+class Row:
+    """One env and setting over its seeds."""
+
+    env: str
+    setting: str
+    seeds: int
+    eval_return: float
+    ci95: float  # Student's t half-width over seeds
+    normalized: float  # nan without a reference
+    normalized_ci95: float
+    sps: float
+    wall_s: float
+
+
+COLUMNS = [f.name for f in fields(Row)]
+# Overrides that pick the env rather than how it is trained.
+ENV_CHOICE = ("env=", "env.id=", "env.game=", "env.module=", "env.kwargs")
+
+
 def load_jobs(sweep_dir: Path) -> list[Job]:
     found = []
-    for metrics in sorted(sweep_dir.glob("*/metrics.jsonl")):
+    for metrics in sorted(Path(sweep_dir).glob("*/metrics.jsonl")):
         job_dir = metrics.parent
         overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
         config = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text())
@@ -60,71 +92,141 @@ def load_jobs(sweep_dir: Path) -> list[Job]:
     shared = set.intersection(*(set(overrides) for _, overrides, _, _ in found))
     jobs = []
     for job_dir, overrides, config, records in found:
-        setting = ",".join(o for o in overrides if o not in shared and not o.startswith(("seed=", "hydra.")))
-        jobs.append(Job(job_dir, describe(config.get("env", {})), setting or "(defaults)",
-                        int(config.get("seed", 0)), records))
+        varying = [o for o in overrides if o not in shared and not o.startswith(("seed=", "hydra."))]
+        variant = ",".join(o for o in varying if not o.startswith(ENV_CHOICE))
+        jobs.append(Job(job_dir, describe(config.get("env", {})), ",".join(varying) or "(defaults)",
+                        int(config.get("seed", 0)), records, variant or "(defaults)"))
     return jobs
 
 
-def summarize(jobs: list[Job]) -> list[list]:
+def final_returns(members: list[Job]) -> np.ndarray:
+    returns = np.array([j.last("eval/return_mean") for j in members])
+    return returns[np.isfinite(returns)]
+
+
+def groups_of(jobs: list[Job]) -> dict[tuple[str, str], list[Job]]:
     groups: dict[tuple[str, str], list[Job]] = defaultdict(list)
     for job in jobs:
         groups[(job.env, job.setting)].append(job)
+    return dict(sorted(groups.items()))
+
+
+def summarize(jobs: list[Job]) -> list[Row]:
     rows = []
-    for (env, setting), members in sorted(groups.items()):
-        returns = np.array([j.last("eval/return_mean") for j in members])
-        returns = returns[np.isfinite(returns)]
-        ci = 1.96 * returns.std(ddof=1) / math.sqrt(len(returns)) if len(returns) > 1 else float("nan")
-        rows.append([env, setting, len(members), float(returns.mean()) if len(returns) else float("nan"),
-                     ci, float(np.mean([j.last("perf/sps") for j in members])),
-                     float(np.mean([j.last("perf/wall_s") for j in members]))])
+    for (env, setting), members in groups_of(jobs).items():
+        returns = final_returns(members)
+        normalized = normalized_returns(env, returns)
+        rows.append(Row(env, setting, len(members),
+                        float(returns.mean()) if len(returns) else math.nan, stats.t_interval(returns),
+                        float(normalized.mean()) if len(normalized) else math.nan,
+                        stats.t_interval(normalized),
+                        float(np.mean([j.last("perf/sps") for j in members])),
+                        float(np.mean([j.last("perf/wall_s") for j in members]))))
     return rows
 
 
-def markdown(rows: list[list]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for env, setting, seeds, ret, ci, sps, wall in rows:
-        lines.append(f"| {env} | {setting} | {seeds} | {ret:.2f} | {ci:.2f} | {sps:,.0f} | {wall:.1f} |")
+def normalized_returns(env: str, returns: np.ndarray) -> np.ndarray:
+    reference = lookup(env)
+    if reference is None:
+        return np.array([])
+    return stats.normalized_score(returns, reference.random, reference.reference)
+
+
+def aggregate(jobs: list[Job]) -> dict[str, dict]:
+    """Per variant (the setting without the env choice), across the envs that have a reference:
+    IQM and mean of normalized scores with stratified bootstrap intervals, and the per-env
+    scores the profile is drawn from."""
+    by_setting: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+    for (env, _), members in groups_of(jobs).items():
+        normalized = normalized_returns(env, final_returns(members))
+        if len(normalized):
+            by_setting[members[0].variant][env] = normalized
+    result = {}
+    for setting, scores in sorted(by_setting.items()):
+        result[setting] = {
+            "envs": len(scores), "runs": sum(len(v) for v in scores.values()), "scores": scores,
+            "iqm": stats.stratified_bootstrap(scores, stats.iqm),
+            "mean": stats.stratified_bootstrap(scores, lambda x: float(np.mean(x))),
+        }
+    return result
+
+
+def _number(value: float, digits: int = 2) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def markdown(rows: list[Row], aggregates: dict[str, dict]) -> str:
+    lines = ["| env | setting | seeds | eval return | +- 95% (t) | normalized | +- 95% (t) | SPS | wall s |",
+             "|" + "---|" * 9]
+    for r in rows:
+        lines.append(f"| {r.env} | {r.setting} | {r.seeds} | {_number(r.eval_return)} | {_number(r.ci95)} | "
+                     f"{_number(r.normalized, 3)} | {_number(r.normalized_ci95, 3)} | {r.sps:,.0f} | {r.wall_s:.1f} |")
+    if aggregates:
+        lines += ["", "Across envs (normalized: random policy 0, reference 1; puffer.references), "
+                  "95% stratified bootstrap intervals:", "",
+                  "| variant | envs | runs | IQM | IQM 95% | mean | mean 95% |", "|" + "---|" * 7]
+        for setting, a in aggregates.items():
+            (iqm, lo, hi), (mean, mlo, mhi) = a["iqm"], a["mean"]
+            lines.append(f"| {setting} | {a['envs']} | {a['runs']} | {iqm:.3f} | [{lo:.3f}, {hi:.3f}] | "
+                         f"{mean:.3f} | [{mlo:.3f}, {mhi:.3f}] |")
     return "\n".join(lines) + "\n"
 
 
-def plot(jobs: list[Job], rows: list[list], out: Path) -> list[Path]:
+def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups: dict[str, list[Job]] = defaultdict(list)
-    for job in jobs:
-        groups[job.setting].append(job)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for setting, members in sorted(groups.items()):
-        curves = [j.curve() for j in members if len(j.curve()[0])]
-        if not curves:
-            continue
-        grid = np.linspace(0, min(c[0][-1] for c in curves), 50)
-        values = np.array([np.interp(grid, steps, vals) for steps, vals in curves])
-        mean, std = values.mean(0), values.std(0)
-        ax.plot(grid, mean, label=f"{setting} ({len(curves)} seeds)")
-        ax.fill_between(grid, mean - std, mean + std, alpha=0.2)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return (training)")
-    ax.legend(fontsize=7)
+    envs = sorted({job.env for job in jobs})
+    columns = min(3, len(envs))
+    height = math.ceil(len(envs) / columns)
+    fig, axes = plt.subplots(height, columns, figsize=(5 * columns, 3.5 * height), squeeze=False)
+    for ax, env in zip(axes.flat, envs, strict=False):
+        for (group_env, setting), members in groups_of(jobs).items():
+            curves = [j.curve() for j in members if group_env == env and len(j.curve()[0])]
+            if not curves:
+                continue
+            grid = np.linspace(0, min(c[0][-1] for c in curves), 50)
+            values = np.array([np.interp(grid, steps, vals) for steps, vals in curves])
+            mean = values.mean(0)
+            ax.plot(grid, mean, label=f"{setting} ({len(curves)} seeds)")
+            if len(curves) > 1:
+                half = np.array([stats.t_interval(values[:, i]) for i in range(values.shape[1])])
+                ax.fill_between(grid, mean - half, mean + half, alpha=0.2)
+        ax.set_title(env, fontsize=9)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("training episode return")
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(envs):]:
+        ax.axis("off")
     fig.tight_layout()
-    returns_png = out / "returns.png"
-    fig.savefig(returns_png, dpi=100)
+    images = [out / "returns.png"]
+    fig.savefig(images[0], dpi=100)
     plt.close(fig)
 
+    if aggregates:
+        taus = np.linspace(0, 1.5, 61)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for setting, a in aggregates.items():
+            ax.plot(taus, stats.performance_profile(a["scores"], taus), label=f"{setting} ({a['envs']} envs)")
+        ax.set_xlabel("normalized score tau")
+        ax.set_ylabel("fraction of runs with score > tau")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        images.append(out / "profile.png")
+        fig.savefig(images[-1], dpi=100)
+        plt.close(fig)
+
     fig, ax = plt.subplots(figsize=(8, 4))
-    labels = [f"{r[0]}\n{r[1]}" for r in rows]
-    ax.barh(labels, [r[5] for r in rows])
+    ax.barh([f"{r.env}\n{r.setting}" for r in rows], [r.sps for r in rows])
     ax.set_xlabel("steps per second")
     ax.tick_params(axis="y", labelsize=6)
     fig.tight_layout()
-    sps_png = out / "sps.png"
-    fig.savefig(sps_png, dpi=100)
+    images.append(out / "sps.png")
+    fig.savefig(images[-1], dpi=100)
     plt.close(fig)
-    return [returns_png, sps_png]
+    return images
 
 
 def report(sweep_dir: str | Path, out: str | Path | None = None, wandb: bool = False) -> dict:
@@ -133,35 +235,100 @@ def report(sweep_dir: str | Path, out: str | Path | None = None, wandb: bool = F
     out.mkdir(parents=True, exist_ok=True)
     jobs = load_jobs(sweep_dir)
     rows = summarize(jobs)
-    (out / "report.md").write_text(markdown(rows))
+    aggregates = aggregate(jobs)
+    (out / "report.md").write_text(markdown(rows, aggregates))
     with (out / "report.csv").open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(COLUMNS)
-        writer.writerows(rows)
-    images = plot(jobs, rows, out)
+        writer.writerows(astuple(r) for r in rows)
+    images = plot(jobs, rows, aggregates, out)
     if wandb:
         log_to_wandb(rows, images, sweep_dir)
-    return {"rows": rows, "markdown": out / "report.md", "csv": out / "report.csv", "images": images}
+    return {"rows": rows, "aggregates": aggregates, "markdown": out / "report.md",
+            "csv": out / "report.csv", "images": images}
 
 
-def log_to_wandb(rows: list[list], images: list[Path], sweep_dir: Path) -> None:
+# -- comparing two multiruns --------------------------------------------------------------------
+@dataclass
+class Difference:
+    env: str
+    a: float
+    a_ci95: float
+    b: float
+    b_ci95: float
+    difference: float  # b - a
+    low: float  # Welch's t 95% interval of the difference
+    high: float
+    verdict: str  # "B better", "B worse" or "same" (the interval contains 0)
+
+
+def _keyed(jobs: list[Job]) -> dict[str, np.ndarray]:
+    """Final returns per env; an env run with several variants is keyed `env [variant]`."""
+    variants = defaultdict(set)
+    for job in jobs:
+        variants[job.env].add(job.variant)
+    keyed: dict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        keyed[job.env if len(variants[job.env]) == 1 else f"{job.env} [{job.variant}]"].append(job)
+    return {key: final_returns(members) for key, members in keyed.items()}
+
+
+def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None) -> dict:
+    """Env by env, B's mean evaluation return against A's; a difference is flagged when Welch's
+    t interval of it excludes 0. Envs in only one of them are listed apart."""
+    a, b = _keyed(load_jobs(Path(a_dir))), _keyed(load_jobs(Path(b_dir)))
+    differences = []
+    for env in sorted(set(a) & set(b)):
+        x, y = a[env], b[env]
+        low = high = math.nan
+        if len(x) >= 2 and len(y) >= 2 and (x.std() > 0 or y.std() > 0):
+            interval = scipy_stats.ttest_ind(y, x, equal_var=False).confidence_interval(0.95)
+            low, high = float(interval.low), float(interval.high)
+        verdict = "B better" if low > 0 else "B worse" if high < 0 else "same"
+        if not math.isfinite(low):
+            verdict = "too few seeds"
+        differences.append(Difference(env, float(x.mean()), stats.t_interval(x), float(y.mean()),
+                                      stats.t_interval(y), float(y.mean() - x.mean()), low, high, verdict))
+    only = {"A": sorted(set(a) - set(b)), "B": sorted(set(b) - set(a))}
+    lines = [f"A: {a_dir}", f"B: {b_dir}", "",
+             "| env | A return | +- 95% | B return | +- 95% | B - A | 95% (Welch) | verdict |",
+             "|" + "---|" * 8]
+    for d in differences:
+        flag = f"**{d.verdict}**" if d.verdict in ("B better", "B worse") else d.verdict
+        lines.append(f"| {d.env} | {_number(d.a)} | {_number(d.a_ci95)} | {_number(d.b)} | {_number(d.b_ci95)} | "
+                     f"{_number(d.difference)} | [{_number(d.low)}, {_number(d.high)}] | {flag} |")
+    for side, envs in only.items():
+        if envs:
+            lines.append(f"\nOnly in {side}: {', '.join(envs)}")
+    path = Path(out or b_dir) / "compare.md"
+    path.write_text("\n".join(lines) + "\n")
+    return {"differences": differences, "only": only, "markdown": path}
+
+
+def log_to_wandb(rows: list[Row], images: list[Path], sweep_dir: Path) -> None:
     import wandb
 
     from puffer.loggers.wandb import pick_mode
 
     with wandb.init(project="puffer", job_type="report", name=f"report {sweep_dir.name}",
                     dir=str(sweep_dir), mode=pick_mode(None)) as run:
-        run.log({"report/table": wandb.Table(columns=COLUMNS, data=rows),
+        run.log({"report/table": wandb.Table(columns=COLUMNS, data=[list(astuple(r)) for r in rows]),
                  **{f"report/{p.stem}": wandb.Image(str(p)) for p in images}})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir")
+    parser.add_argument("sweep_dir", help="a multirun directory (A, with a second one)")
+    parser.add_argument("other", nargs="?", help="a second multirun directory (B) to compare with A")
     parser.add_argument("--out", default=None)
     parser.add_argument("--wandb", action="store_true", help="also log the table and plots to W&B")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.other:
+        result = compare(args.sweep_dir, args.other, args.out)
+        log.info("%s", result["markdown"].read_text())
+        log.info("wrote %s", result["markdown"])
+        return
     result = report(args.sweep_dir, args.out, args.wandb)
     log.info("%s", result["markdown"].read_text())
     log.info("wrote %s, %s, %s", result["markdown"], result["csv"], ", ".join(map(str, result["images"])))

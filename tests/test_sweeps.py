@@ -30,12 +30,13 @@ def test_a_real_multirun_grid_then_the_report(tmp_path):
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
 
     out = report(sweep)
-    rows = {row[0]: row for row in out["rows"]}
+    rows = {row.env: row for row in out["rows"]}
     assert set(rows) == {"CartPole-v1", "ocean/cartpole"}
-    for env, setting, seeds, ret, ci, sps, wall in out["rows"]:
-        assert seeds == 2 and ret > 0 and ci >= 0 and sps > 0 and wall > 0
-        assert setting == f"env={'classic/cartpole' if env == 'CartPole-v1' else 'ocean/cartpole'}"
+    for row in out["rows"]:
+        assert row.seeds == 2 and row.eval_return > 0 and row.ci95 >= 0 and row.sps > 0 and row.wall_s > 0
+        assert row.setting == f"env={'classic/cartpole' if row.env == 'CartPole-v1' else 'ocean/cartpole'}"
     assert "| CartPole-v1 | env=classic/cartpole | 2 |" in out["markdown"].read_text()
+    assert 0 <= rows["CartPole-v1"].normalized <= 1.1  # CartPole-v1 has a reference score
     for image in out["images"]:
         assert image.read_bytes()[:8] == PNG_MAGIC
         import matplotlib.image

@@ -22,7 +22,11 @@ def describe(env_cfg) -> str:
     target = str(env_cfg.get("_target_", ""))
     if target.startswith("puffer.envs.ocean."):
         return "ocean/" + target.rsplit(".", 1)[-1].lower()
-    return str(env_cfg.get("id") or env_cfg.get("game") or env_cfg.get("module") or target)
+    name = str(env_cfg.get("id") or env_cfg.get("game") or env_cfg.get("module") or target)
+    kwargs = env_cfg.get("kwargs") or {}
+    if kwargs:  # e.g. LunarLander-v3(continuous=True): another task under the same id
+        name += "(" + ",".join(f"{key}={value}" for key, value in sorted(kwargs.items())) + ")"
+    return name
 
 
 def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps: int = 1000,

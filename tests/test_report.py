@@ -1,0 +1,106 @@
+"""The report's statistics against hand-computed values, and comparing two multiruns."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from puffer import stats
+from puffer.references import REFERENCES
+from puffer.report import compare, report
+
+
+def test_t_interval_uses_students_t_not_the_normal_approximation():
+    # n=3, s=1: t(0.975, df=2) = 4.302653 -> 4.302653 / sqrt(3)
+    assert stats.t_interval([1.0, 2.0, 3.0]) == pytest.approx(2.484138, abs=1e-6)
+    assert stats.t_interval([5.0, 7.0]) == pytest.approx(12.706205 * math.sqrt(2) / math.sqrt(2), abs=1e-5)
+    assert math.isnan(stats.t_interval([4.0]))
+
+
+def test_iqm_is_the_mean_of_the_middle_half():
+    assert stats.iqm([1, 2, 3, 4, 5, 6, 7, 8]) == 4.5
+    assert stats.iqm([0, 10, 10, 10, 10, 10, 10, 1000]) == 10.0
+
+
+def test_normalized_score_maps_random_to_0_and_reference_to_1():
+    ref = REFERENCES["Acrobot-v1"]
+    assert stats.normalized_score(ref.random, ref.random, ref.reference) == 0.0
+    assert stats.normalized_score(ref.reference, ref.random, ref.reference) == 1.0
+    assert stats.normalized_score(-285.3, -497.1, -73.5) == pytest.approx(0.5, abs=1e-3)
+
+
+def test_stratified_bootstrap_keeps_each_envs_runs_in_their_own_stratum():
+    # Env a: 2 runs at 0, env b: 10 runs at 1. Resampling within each env always draws 2 zeros
+    # and 10 ones, so the mean never moves; pooled resampling would.
+    point, low, high = stats.stratified_bootstrap({"a": np.zeros(2), "b": np.ones(10)},
+                                                  lambda x: float(np.mean(x)))
+    assert point == low == high == pytest.approx(10 / 12)
+    point, low, high = stats.stratified_bootstrap({"a": np.arange(10.0)}, lambda x: float(np.mean(x)))
+    assert point == 4.5 and low < 4.5 < high
+    # the percentile interval of the mean of 0..9 is close to the t interval's
+    assert (high - low) / 2 == pytest.approx(stats.t_interval(np.arange(10.0)), rel=0.25)
+
+
+def test_performance_profile_weighs_every_env_the_same():
+    profile = stats.performance_profile({"a": np.array([0.0, 1.0]), "b": np.ones(4)}, np.array([0.5, 2.0]))
+    np.testing.assert_allclose(profile, [0.75, 0.0])  # pooled runs would give 5/6 at 0.5
+
+
+def fake_multirun(root, returns: dict[str, list[float]]):
+    """A multirun directory as Hydra and puffer leave it: per job overrides, config, metrics."""
+    job = 0
+    for env_id, values in returns.items():
+        for seed, value in enumerate(values):
+            directory = root / str(job)
+            (directory / ".hydra").mkdir(parents=True)
+            (directory / ".hydra" / "overrides.yaml").write_text(
+                yaml.safe_dump([f"env.id={env_id}", f"seed={seed}"]))
+            (directory / ".hydra" / "config.yaml").write_text(
+                yaml.safe_dump({"env": {"id": env_id}, "seed": seed}))
+            records = [{"global_step": 1000, "env/episode_return": value / 2, "perf/sps": 100.0,
+                        "perf/wall_s": 10.0},
+                       {"global_step": 2000, "env/episode_return": value, "eval/return_mean": value}]
+            (directory / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+            job += 1
+    return root
+
+
+def test_report_normalizes_known_envs_and_aggregates_them(tmp_path):
+    pytest.importorskip("matplotlib")
+    sweep = fake_multirun(tmp_path / "a", {"CartPole-v1": [500.0, 500.0, 261.85],
+                                           "Acrobot-v1": [-73.506, -73.506, -73.506],
+                                           "MyEnv-v0": [1.0, 2.0, 3.0]})
+    out = report(sweep)
+    rows = {row.env: row for row in out["rows"]}
+    assert rows["CartPole-v1"].normalized == pytest.approx((1 + 1 + 0.5) / 3, abs=1e-3)
+    assert rows["Acrobot-v1"].normalized == pytest.approx(1.0)
+    assert math.isnan(rows["MyEnv-v0"].normalized)  # no reference: no normalized score
+    assert rows["MyEnv-v0"].ci95 == pytest.approx(2.484138, abs=1e-6)
+    (aggregate,) = out["aggregates"].values()
+    assert aggregate["envs"] == 2 and aggregate["runs"] == 6
+    assert aggregate["iqm"][0] == pytest.approx(1.0)  # middle half of [0.5, 1, 1, 1, 1, 1]
+    text = out["markdown"].read_text()
+    assert "| MyEnv-v0 | env.id=MyEnv-v0 | 3 | 2.00 | 2.48 | n/a |" in text
+    assert "IQM" in text
+    assert {p.name for p in out["images"]} == {"returns.png", "profile.png", "sps.png"}
+
+
+def test_compare_flags_differences_whose_welch_interval_excludes_zero(tmp_path):
+    a = fake_multirun(tmp_path / "a", {"CartPole-v1": [100.0, 110.0, 120.0], "Acrobot-v1": [-90.0, -80.0, -85.0],
+                                       "Gone-v0": [1.0, 2.0]})
+    b = fake_multirun(tmp_path / "b", {"CartPole-v1": [400.0, 410.0, 420.0], "Acrobot-v1": [-88.0, -79.0, -86.0]})
+    result = compare(a, b)
+    by_env = {d.env: d for d in result["differences"]}
+    cartpole = by_env["CartPole-v1"]
+    # Welch: difference 300, standard error sqrt(100/3 + 100/3), df 4, t(0.975, 4) = 2.776445
+    half = 2.776445 * math.sqrt(200 / 3)
+    assert (cartpole.difference, cartpole.verdict) == (300.0, "B better")
+    assert cartpole.low == pytest.approx(300 - half, abs=1e-3)
+    assert cartpole.high == pytest.approx(300 + half, abs=1e-3)
+    assert by_env["Acrobot-v1"].verdict == "same"
+    assert result["only"] == {"A": ["Gone-v0"], "B": []}
+    assert "**B better**" in result["markdown"].read_text()

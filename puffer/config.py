@@ -172,6 +172,8 @@ class DefaultPolicyConfig:
     hidden_size: int = 64
     num_layers: int = 2
     activation: str = "tanh"
+    # The initial log standard deviation of a Gaussian action head (continuous actions).
+    log_std_init: float = 0.0
     # lstm: wrap the policy in puffer.models.LSTMWrapper; null: feed-forward.
     rnn: str | None = None
     # Standardize the float leaves of observations with running statistics kept in the policy

@@ -190,13 +190,13 @@ class ActionDist:
 class ActionHead(nn.Module):
     """Hidden features -> dist_params for `ActionDist` (small-init logits and means)."""
 
-    def __init__(self, action_space: spaces.Space, hidden: int):
+    def __init__(self, action_space: spaces.Space, hidden: int, log_std_init: float = 0.0):
         super().__init__()
         self.dist = ActionDist(action_space)
         self.logits = layer_init(nn.Linear(hidden, self.dist.num_logits), std=0.01) if self.dist.nvec else None
         if self.dist.continuous:
             self.mean = layer_init(nn.Linear(hidden, self.dist.continuous), std=0.01)
-            self.log_std = nn.Parameter(torch.zeros(1, self.dist.continuous))
+            self.log_std = nn.Parameter(torch.full((1, self.dist.continuous), float(log_std_init)))
 
     def forward(self, hidden: torch.Tensor):
         logits = self.logits(hidden) if self.logits is not None else None
@@ -211,12 +211,13 @@ class Default(nn.Module):
     structured observations and every emulated action space)."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
-                 hidden_size: int = 64, num_layers: int = 2, activation: str = "tanh"):
+                 hidden_size: int = 64, num_layers: int = 2, activation: str = "tanh",
+                 log_std_init: float = 0.0):
         super().__init__()
         self.encoder = ObsEncoder(observation_space)
         self.actor = mlp(self.encoder.out_dim, hidden_size, num_layers, activation)
         self.critic = mlp(self.encoder.out_dim, hidden_size, num_layers, activation)
-        self.action_head = ActionHead(action_space, hidden_size)
+        self.action_head = ActionHead(action_space, hidden_size, log_std_init)
         self.value_head = layer_init(nn.Linear(hidden_size, 1), std=1.0)
 
         self.hidden_out = 2 * hidden_size  # encode(): actor and critic features side by side

@@ -69,7 +69,7 @@ def test_env_tuned_settings_override_generic_train_defaults(make_cfg):
     cfg = make_cfg("env=classic/acrobot")
     assert cfg.env.id == "Acrobot-v1"
     assert cfg.train.num_steps == 256
-    assert cfg.train.learning_rate == 2.5e-4  # CleanRL's default, untouched by the env
+    assert cfg.train.vf_coef == 0.5  # CleanRL's default, untouched by the env
 
 
 @pytest.mark.parametrize("override", ["train.learning_rat=1e-3", "vec.num_env=4", "env.idd=CartPole-v1"])
@@ -150,3 +150,21 @@ def test_vec_step_in_main_reaches_the_multiprocessing_backend(make_cfg, value, p
     cfg = make_cfg("vec=multiprocessing", "vec.num_envs=2", "vec.num_workers=2", f"vec.step_in_main={value}")
     with make_vecenv(cfg, make_env_creator(cfg)) as vec:
         assert len(vec.processes) == processes
+
+
+def test_box2d_configs_build_their_envs_and_keep_variants_apart(make_cfg):
+    pytest.importorskip("Box2D")
+    from gymnasium import spaces
+
+    from puffer.envs import describe
+    from puffer.references import lookup
+    from puffer.run import make_env_creator
+
+    cfg = make_cfg("env=box2d/lunarlander_continuous")
+    env = make_env_creator(cfg)()
+    try:
+        assert isinstance(env.single_action_space, spaces.Box)
+    finally:
+        env.close()
+    assert describe(cfg.env) == "LunarLander-v3(continuous=True)"
+    assert lookup(describe(cfg.env)).reference != lookup(describe(make_cfg("env=box2d/lunarlander").env)).reference

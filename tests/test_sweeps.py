@@ -70,6 +70,16 @@ def test_grid_configs_resolve(sweep, key):
     assert key in cfg.hydra.sweeper.params
 
 
+@pytest.mark.parametrize("suite", ["classic", "box2d", "mujoco", "atari", "pettingzoo"])
+def test_every_suite_sweep_lists_env_configs_that_compose(suite):
+    cfg = compose_with_sweeps(f"+suite={suite}")
+    envs = cfg.hydra.sweeper.params.env.split(",")
+    assert cfg.hydra.sweeper.params.seed == "0,1,2" and cfg.train.eval_episodes == 10
+    for env in envs:
+        composed = compose_with_sweeps(f"+suite={suite}", f"env={env}")
+        assert composed.train.total_timesteps > 0, env
+
+
 def test_slurm_launcher_config_resolves():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     launcher = compose_with_sweeps("hydra/launcher=slurm").hydra.launcher

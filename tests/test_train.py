@@ -85,6 +85,14 @@ def test_default_config_solves_cartpole_within_100k_steps(seed, make_cfg, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shipped_acrobot_config_reaches_minus_100_within_100k_steps(seed, make_cfg, tmp_path):
+    # rl-baselines3-zoo's settings with observation and reward normalization; SB3 reaches -78.
+    metrics = run(make_cfg("env=classic/acrobot", f"seed={seed}", "train.eval_episodes=10"), tmp_path)
+    assert metrics["eval/return_mean"] >= -100, metrics
+
+
+@pytest.mark.slow
 def test_a_continuous_action_env_improves_over_random_play(make_cfg, tmp_path):
     metrics = run(make_cfg("env=classic/pendulum", "train.total_timesteps=81920", "train.eval_episodes=10"), tmp_path)
     assert metrics["eval/return_mean"] > -800  # random play: about -1200

@@ -15,3 +15,19 @@ if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
 __version__ = "0.1.0"
+
+
+def train(*overrides: str, run_dir=None):
+    """`python -m puffer <overrides>` from Python; returns the metrics, run directory and agent
+    (puffer.run.train)."""
+    from puffer.run import train as _train
+
+    return _train(*overrides, run_dir=run_dir)
+
+
+def load(path, device: str = "cpu"):
+    """The trained agent at `path` (a run directory, model.pt, a checkpoint or `latest`):
+    `agent.act(obs)` takes the env's own observations and returns its actions (puffer.agent)."""
+    from puffer.agent import load as _load
+
+    return _load(path, device)

@@ -11,6 +11,8 @@ import json
 import logging
 import signal
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import puffer.vector
 from puffer import checkpoint, profiler
+from puffer.agent import Agent, load
 from puffer.config import ConfigError, algorithm_class, resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
@@ -83,6 +86,17 @@ def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module
     return policy
 
 
+def spaces_from_config(config: dict) -> tuple:
+    """(flat observation, flat action, native action) spaces of a run's env, built once."""
+    env = make_env_creator(OmegaConf.create(config), evaluation=True)()
+    try:
+        layout = getattr(env, "action_layout", None)
+        return (env.single_observation_space, env.single_action_space,
+                layout.space if layout is not None else env.single_action_space)
+    finally:
+        env.close()
+
+
 def make_policy(cfg: DictConfig, vecenv) -> torch.nn.Module:
     return build_policy(cfg.policy, vecenv.single_observation_space, vecenv.single_action_space)
 
@@ -111,6 +125,33 @@ def hydra_job_info() -> dict:
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+@dataclass
+class Result:
+    """What `train` returns: the final metrics (eval/* among them), where the run wrote its
+    files, and the trained agent (None for modes that train nothing)."""
+
+    metrics: dict[str, float]
+    run_dir: Path
+    agent: Agent | None
+
+
+def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
+    """`python -m puffer <overrides>` from Python, e.g. `puffer.train("env=classic/acrobot",
+    "seed=1")`: the same config, checks, run directory (default outputs/<date>/<time>, beside
+    the CLI's) and files; returns a `Result` with the agent loaded from its model.pt."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    run_dir = Path(run_dir or Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))
+    metrics = run(cfg, run_dir)
+    model = run_dir / "model.pt"
+    return Result(metrics, run_dir, load(model) if model.is_file() else None)
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
@@ -158,8 +199,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         vecenv.close()
         # The trained policy is saved before evaluating it: an evaluation that fails or never
         # ends must not cost the run (`mode=eval checkpoint=<run dir>` can evaluate it again).
-        checkpoint.save_atomic({"policy": policy.state_dict(), "config": trainer.full_config},
-                               run_dir / "model.pt")
+        Agent.from_env(policy, vecenv.driver_env, trainer.full_config).save(run_dir / "model.pt")
         metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if evaluation:
@@ -180,16 +220,9 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """mode=eval: the evaluation protocol on a saved policy; results in eval.json and metrics."""
     path = checkpoint.resolve(cfg.checkpoint, key="checkpoint")
     device = resolve_device(cfg.device)
-    env_creator = make_env_creator(cfg, evaluation=True)
-    state = torch.load(path, map_location=device, weights_only=False)
     # The policy as it was trained (its architecture is in the checkpoint's config).
-    policy_cfg = (state.get("config") or {}).get("policy") or cfg.policy
-    driver = env_creator()
-    policy = build_policy(policy_cfg, driver.single_observation_space, driver.single_action_space)
-    driver.close()
-    policy.load_state_dict(state["policy"])
-    policy.to(device).eval()
-    metrics = final_evaluation(cfg, policy, env_creator, device)
+    policy = load(path, device).policy
+    metrics = final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device)
     logger = make_logger(cfg, run_dir, hydra_job_info())
     try:
         logger.log(metrics, 0)

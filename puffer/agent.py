@@ -1,0 +1,139 @@
+"""A trained policy for users: load it, give it the env's own observations, get the env's actions.
+
+    agent = puffer.load("outputs/2026-12-04/10-00-00")      # a run dir, model.pt or checkpoint
+    action = agent.act(obs)                                 # one observation, as the env returns it
+    actions = agent.act(batch_of_obs, deterministic=False)  # or a batch (leading dimension)
+
+What lives here: `Agent` (flattening native observations, the policy, decoding actions back into
+the native space, a recurrent policy's state) and `load`. What does not: training (puffer.trainer),
+the evaluation protocol (puffer.evaluation, which takes `agent.policy`).
+
+`model.pt` holds the policy's weights (observation normalization statistics included), the run's
+config and the spaces, so loading needs neither the run directory nor, for model.pt, the env.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from puffer import checkpoint
+from puffer.models import ActionDist
+from puffer.spaces import ActionLayout, ObsLayout, get_path
+
+
+class Agent:
+    """`policy` (which takes flat observation rows) behind the env's native spaces.
+
+    `act(obs)` takes one native observation or a batch of them (each leaf with a leading batch
+    dimension) and returns the native action, or a list/array of them for a batch. A recurrent
+    policy keeps its state between calls, per batch row: pass `episode_start` (a bool per row)
+    when an episode begins, or call `reset()`."""
+
+    def __init__(self, policy: torch.nn.Module, observation_space: spaces.Space,
+                 action_space: spaces.Space, native_action_space: spaces.Space | None = None,
+                 config: dict | None = None, device: str | torch.device = "cpu"):
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device).eval()
+        self.observation_space = observation_space  # flat, as the policy sees it
+        self.action_space = action_space  # flat, as the policy samples it
+        self.native_action_space = native_action_space or action_space
+        self.config = config
+        self.obs_layout = ObsLayout(getattr(observation_space, "native", observation_space))
+        self.action_layout = ActionLayout(self.native_action_space)
+        self.dist = ActionDist(action_space)
+        self.recurrent = getattr(policy, "is_recurrent", False)
+        self.state = None
+
+    @classmethod
+    def from_env(cls, policy: torch.nn.Module, env, config: dict | None = None, device="cpu") -> Agent:
+        """The agent of `policy` for a puffer env (or a vector env's driver env)."""
+        layout = getattr(env, "action_layout", None)
+        return cls(policy, env.single_observation_space, env.single_action_space,
+                   layout.space if layout is not None else None, config, device)
+
+    # -- acting ------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget a recurrent policy's state (the next act() starts every row's episode)."""
+        self.state = None
+
+    @torch.inference_mode()
+    def act(self, obs: Any, deterministic: bool = True, episode_start=None):
+        rows, batched = self.flatten(obs)
+        obs_t = torch.from_numpy(rows).to(self.device)
+        if self.recurrent:
+            if self.state is None or self.state[0].shape[0] != len(rows):
+                self.state = self.policy.initial_state(len(rows), self.device)
+            if episode_start is not None:
+                keep = ~torch.as_tensor(np.asarray(episode_start, bool).reshape(-1), device=self.device)
+                self.state = tuple(x * keep[:, None] for x in self.state)
+            params, _, self.state = self.policy.step(obs_t, self.state)
+        else:
+            params, _ = self.policy(obs_t)
+        action = self.dist.mode(params) if deterministic else self.dist.sample(params)[0]
+        flat = self.dist.to_env(action)
+        native = [self.action_layout.decode(row, check=False) for row in flat]
+        if not batched:
+            return native[0]
+        return np.asarray(native) if not isinstance(native[0], (dict, tuple)) else native
+
+    def flatten(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """Native observation(s) -> (flat rows the policy takes, whether a batch was given)."""
+        layout = self.obs_layout
+        flat = self.observation_space
+        if layout.passthrough:
+            array = np.asarray(obs, dtype=flat.dtype)
+            batched = array.ndim == len(flat.shape) + 1
+            if not batched and array.shape != flat.shape:
+                raise ValueError(f"observation of shape {array.shape}: expected {flat.shape} or "
+                                 f"(batch, *{flat.shape})")
+            return (array if batched else array[None]), batched
+        first = layout.leaves[0]
+        batched = np.ndim(get_path(obs, first.path)) == len(first.shape) + 1
+        size = len(get_path(obs, first.path)) if batched else 1
+        rows = np.zeros((size, *flat.shape), dtype=flat.dtype)
+        views = layout.leaf_views(rows)
+        for leaf, view in zip(layout.leaves, views, strict=True):
+            view[...] = np.asarray(get_path(obs, leaf.path)).reshape(view.shape)
+        return rows, batched
+
+    # -- saving ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "config": self.config,
+                "observation_space": self.observation_space, "action_space": self.action_space,
+                "native_action_space": self.native_action_space}
+
+    def save(self, path: str | Path) -> Path:
+        """model.pt: what `load` needs, written atomically."""
+        path = Path(path)
+        checkpoint.save_atomic(self.state_dict(), path)
+        return path
+
+
+def model_path(path: str | Path) -> Path:
+    """A model.pt or checkpoint file as given; for a run directory its model.pt, else its newest
+    checkpoint; `latest` the newest run under outputs/."""
+    candidate = Path(path)
+    if candidate.is_dir() and (candidate / "model.pt").is_file():
+        return candidate / "model.pt"
+    return checkpoint.resolve(str(path), key="path")
+
+
+def load(path: str | Path, device: str = "cpu") -> Agent:
+    """The agent saved at `path` (a run directory, model.pt, a checkpoint, or `latest`)."""
+    from puffer.run import build_policy, spaces_from_config
+
+    file = model_path(path)
+    state = torch.load(file, map_location=device, weights_only=False)
+    config = state.get("config") or {}
+    if "observation_space" in state:
+        spaces_ = state["observation_space"], state["action_space"], state["native_action_space"]
+    else:  # an epoch checkpoint: the spaces come from building the run's env once
+        spaces_ = spaces_from_config(config)
+    policy = build_policy(config["policy"], spaces_[0], spaces_[1])
+    policy.load_state_dict(state["policy"])
+    return Agent(policy, *spaces_, config=config, device=device)

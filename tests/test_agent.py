@@ -1,0 +1,111 @@
+"""puffer.load / puffer.train: a trained agent that takes the env's own observations and actions."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import puffer
+import puffer.vector
+from puffer.agent import Agent
+from puffer.config import TrainConfig
+from puffer.emulation import GymnasiumPufferEnv
+from puffer.evaluation import EVAL_SEED_OFFSET
+from puffer.ppo import PPO, seed_everything
+from puffer.run import build_policy
+
+
+def play(agent, env, seed: int) -> float:
+    obs, _ = env.reset(seed=seed)
+    total, done = 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(agent.act(obs))
+        total += float(reward)
+        done = terminated or truncated
+    return total
+
+
+def test_loaded_agent_reaches_the_runs_own_evaluation_return(tmp_path):
+    result = puffer.train("train.total_timesteps=8192", "train.eval_episodes=4", run_dir=tmp_path)
+    assert result.run_dir == tmp_path and (tmp_path / "model.pt").is_file()
+    # a run directory, its model.pt and the last checkpoint (spaces rebuilt from the config) all load
+    for path in (tmp_path, tmp_path / "model.pt", sorted((tmp_path / "checkpoints").glob("*.pt"))[-1]):
+        agent = puffer.load(path)
+        env = gym.make("CartPole-v1")
+        # evaluation: 4 eval envs, env i seeded seed + EVAL_SEED_OFFSET + i, one episode each
+        returns = [play(agent, env, EVAL_SEED_OFFSET + i) for i in range(4)]
+        assert np.mean(returns) == result.metrics["eval/return_mean"], path
+
+
+class DictWorld(gym.Env):
+    """Dict observations (a float vector, a Discrete and a MultiBinary) and Dict actions mixing a
+    Discrete and a Box: the reward is for copying `kind` into `choice`."""
+
+    observation_space = spaces.Dict({"position": spaces.Box(-1, 1, (3,), np.float32),
+                                     "kind": spaces.Discrete(3), "flags": spaces.MultiBinary(2)})
+    action_space = spaces.Dict({"choice": spaces.Discrete(3), "push": spaces.Box(-1, 1, (2,), np.float32)})
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        self.kind = int(self.np_random.integers(3))
+        return {"position": self.np_random.uniform(-1, 1, 3).astype(np.float32), "kind": self.kind,
+                "flags": self.np_random.integers(0, 2, 2).astype(np.int8)}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        reward = float(action["choice"] == self.kind)
+        self.t += 1
+        return self._obs(), reward, False, self.t >= 20, {}
+
+
+def dict_world():
+    return GymnasiumPufferEnv(env=DictWorld())
+
+
+@pytest.mark.parametrize("rnn", [None, "lstm"])
+def test_agent_acts_on_native_dict_observations_single_or_batched_and_round_trips(rnn, tmp_path):
+    seed_everything(0)
+    vec = puffer.vector.make(dict_world, num_envs=4, seed=0)
+    policy_cfg = {"_target_": "puffer.models.Default", "hidden_size": 32, "norm_obs": True, "rnn": rnn}
+    policy = build_policy(policy_cfg, vec.single_observation_space, vec.single_action_space)
+    PPO(TrainConfig(num_steps=32, total_timesteps=256), vec, policy).train()
+    agent = Agent.from_env(policy, vec.driver_env, config={"policy": policy_cfg})
+    vec.close()
+
+    env = DictWorld()
+    obs, _ = env.reset(seed=3)
+    action = agent.act(obs)
+    assert env.action_space.contains(action)
+    batch = {key: np.stack([obs[key], obs[key]]) for key in ("position", "flags")}
+    batch["kind"] = np.array([obs["kind"], obs["kind"]])
+    agent.reset()
+    actions = agent.act(batch)
+    assert len(actions) == 2 and all(env.action_space.contains(a) for a in actions)
+
+    loaded = puffer.load(agent.save(tmp_path / "model.pt"))
+    assert loaded.policy.obs_rms.count.item() > 0  # normalization statistics travel with it
+    agent.reset()
+    for _ in range(3):  # same actions step after step (the LSTM state advances alike)
+        ours, theirs = agent.act(obs), loaded.act(obs)
+        assert ours["choice"] == theirs["choice"]
+        np.testing.assert_array_equal(ours["push"], theirs["push"])
+    if rnn:  # episode_start zeroes the state: the first action of a fresh agent again
+        loaded.reset()
+        first = loaded.act(obs)["push"]
+        loaded.act(obs)
+        np.testing.assert_array_equal(loaded.act(obs, episode_start=[True])["push"], first)
+
+
+def test_a_wrong_observation_shape_is_a_clear_error():
+    env = GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
+    policy = build_policy({"_target_": "puffer.models.Default"}, env.single_observation_space,
+                          env.single_action_space)
+    agent = Agent.from_env(policy, env)
+    with pytest.raises(ValueError, match=r"observation of shape \(3,\): expected \(4,\)"):
+        agent.act(np.zeros(3, np.float32))

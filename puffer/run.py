@@ -28,7 +28,7 @@ from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
 from puffer.profiler import Profiler
 from puffer.progress import ProgressReporter, env_name
-from puffer.trainer import Trainer, seed_everything
+from puffer.trainer import Stopped, Trainer, seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,42 @@ def hydra_job_info() -> dict:
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+class Signals:
+    """What signals do while a trainer runs. SIGINT (Ctrl-C) and SIGTERM (SLURM preemption, GNU
+    timeout, sent to the whole process group: env workers ignore them and are closed by this
+    process): finish the current epoch, save a checkpoint, stop; a second one stops at once
+    (puffer.run.train_until_done saves what it can). SIGUSR1 (SLURM's warning before the time
+    limit, e.g. submitit's signal_delay_s): save a checkpoint after this epoch and go on."""
+
+    def __init__(self, trainer: Trainer):
+        self.trainer = trainer
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in ((signal.SIGINT, self._stop), (signal.SIGTERM, self._stop),
+                                    (signal.SIGUSR1, self._save)):
+                self.previous[signum] = signal.signal(signum, handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.previous.items():
+            # SIGTERM keeps interrupting (a Ray start-up may have put its own handler there)
+            signal.signal(signum, _interrupt if signum == signal.SIGTERM else handler)
+
+    def _stop(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.trainer.stop_requested:
+            raise KeyboardInterrupt(name)
+        self.trainer.stop_requested = name
+        log.warning("%s: stopping after epoch %d with a checkpoint (send it again to stop now)",
+                    name, self.trainer.epoch + 1)
+
+    def _save(self, signum, frame) -> None:
+        self.trainer.save_requested = True
+        log.info("SIGUSR1: a checkpoint will be saved after epoch %d", self.trainer.epoch + 1)
 
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -263,19 +299,32 @@ def prepare_run_dir(cfg: DictConfig, run_dir: Path) -> Path:
 
 
 def train_until_done(trainer: Trainer, torch_trace: bool, run_dir: Path) -> dict[str, float]:
-    """trainer.train(); Ctrl-C/SIGTERM saves a checkpoint first; optionally under torch's profiler."""
+    """trainer.train() under `Signals`, optionally under torch's profiler. Stopped at an epoch
+    boundary, the trainer has saved its checkpoint; stopped at once (a second signal), what can
+    be saved goes to epoch_N_interrupted.pt, with further signals held off until it is written."""
     try:
-        if not torch_trace:
-            return trainer.train()
-        with torch.profiler.profile() as traced:
-            metrics = trainer.train()
-        traced.export_chrome_trace(str(run_dir / "trace.json"))
-        log.info("torch profiler trace written to %s", run_dir / "trace.json")
-        return metrics
+        with Signals(trainer):
+            if not torch_trace:
+                return trainer.train()
+            with torch.profiler.profile() as traced:
+                metrics = trainer.train()
+            traced.export_chrome_trace(str(run_dir / "trace.json"))
+            log.info("torch profiler trace written to %s", run_dir / "trace.json")
+            return metrics
+    except Stopped as stop:
+        if stop.path is not None:
+            log.warning("stopped (%s) after epoch %d; checkpoint saved to %s", stop.reason, trainer.epoch,
+                        stop.path)
+        raise
     except KeyboardInterrupt:
         if trainer.run_dir is not None:
-            path = trainer.save_checkpoint()
-            log.warning("interrupted at epoch %d; checkpoint saved to %s", trainer.epoch, path)
+            held = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, held)
+            try:
+                path = trainer.save_checkpoint(interrupted=True)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+            log.warning("interrupted during epoch %d; checkpoint saved to %s", trainer.epoch + 1, path)
         raise
 
 

@@ -38,6 +38,15 @@ class NonFiniteError(FloatingPointError):
     """A loss, gradient or parameter became NaN or Inf; training stops before saving it."""
 
 
+class Stopped(KeyboardInterrupt):
+    """Training stopped at an epoch boundary on request (`stop_requested`, e.g. SIGTERM), after
+    saving `path`: resuming from it continues exactly where the run would have gone on."""
+
+    def __init__(self, reason: str, path: Path | None):
+        super().__init__(reason)
+        self.reason, self.path = reason, path
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -98,7 +107,12 @@ class Trainer:
                                    profiler=self.profiler, autocast=self.autocast,
                                    reward_scaler=reward_scaler)
         self.epoch = 0
+        self.epoch_end_step = 0  # the global step at the end of the last completed epoch
         self.last_metrics: dict[str, float] = {}
+        # Set from outside (puffer.run's signal handlers): save a checkpoint after this epoch
+        # and go on (`save_requested`, SIGUSR1), or save and stop (`stop_requested`, a reason).
+        self.save_requested = False
+        self.stop_requested: str | None = None
 
     # -- rollout -----------------------------------------------------------------------------
     @property
@@ -140,6 +154,7 @@ class Trainer:
                 losses = self.update()
                 self.update_obs_stats()
             self.epoch += 1
+            self.epoch_end_step = self.global_step
             metrics = {**losses, **self._episode_metrics(), **self.profiler.metrics(),
                        **self.threads.metrics()}
             elapsed = max(time.perf_counter() - started, 1e-9)
@@ -149,8 +164,15 @@ class Trainer:
             self.logger.log(metrics, self.global_step)
             if self.progress is not None:
                 self.progress(self)
+            saved = None
             if c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0:
-                self.save_checkpoint()
+                saved = self.save_checkpoint()
+            if (self.save_requested or self.stop_requested) and self.run_dir is not None and saved is None:
+                saved = self.save_checkpoint()
+                log.info("checkpoint saved to %s (requested)", saved)
+            self.save_requested = False
+            if self.stop_requested and self.epoch < self.num_epochs:
+                raise Stopped(self.stop_requested, saved)
         if self.run_dir is not None and not (c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0):
             self.save_checkpoint()
         return dict(self.last_metrics)
@@ -181,13 +203,17 @@ class Trainer:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.global_step = state["epoch"], state["global_step"]
+        self.epoch_end_step = self.global_step
         checkpoint.set_rng_state(state["rng"])
         self.generator.set_state(state["rng"]["generator"])
         if "threads" in state:
             self.threads = threads.resumed(self.threads, state["threads"], self.config)
         self.collector.load_state_dict(state.get("rollout"))
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, interrupted: bool = False) -> Path:
+        """checkpoints/epoch_N.pt after N epochs. `interrupted` (stopped inside an epoch):
+        epoch_N_interrupted.pt beside it, counting only the steps of completed epochs, since
+        the unfinished epoch's steps were never learned from."""
         if self.run_dir is None:
             raise ValueError(f"{type(self).__name__}(run_dir=None) has nowhere to write checkpoints")
         for name, param in self.policy.named_parameters():
@@ -195,8 +221,13 @@ class Trainer:
                 raise NonFiniteError(f"parameter {name} is not finite at epoch {self.epoch}; "
                                      "not writing a poisoned checkpoint")
         directory = self.run_dir / "checkpoints"
-        path = directory / f"epoch_{self.epoch:06d}.pt"
-        checkpoint.save_atomic(self.state_dict(), path)
+        state = self.state_dict()
+        name = f"epoch_{self.epoch:06d}"
+        if interrupted:
+            state["global_step"] = self.epoch_end_step
+            name += "_interrupted"
+        path = directory / f"{name}.pt"
+        checkpoint.save_atomic(state, path)
         checkpoint.prune(directory, self.config.keep_checkpoints)
         self.logger.log_checkpoint(path)
         return path

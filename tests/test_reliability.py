@@ -197,3 +197,81 @@ def test_recurrent_policy_resumes_bit_for_bit_too(make_cfg, tmp_path):
     final = "epoch_000004.pt"
     assert torch.equal(params(tmp_path / "full" / "checkpoints" / final),
                        params(tmp_path / "resumed" / "checkpoints" / final))
+
+
+def start_training(tmp_path, *overrides):
+    """`python -m puffer` in a session (and process group) of its own, as SLURM or GNU timeout
+    run it; returns the process once it has logged 3 epochs."""
+    args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "train.total_timesteps=10000000",
+            "train.log_interval=0", *overrides]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+        time.sleep(0.2)
+    return proc
+
+
+@pytest.mark.parametrize("vec", ["multiprocessing", "ray"])
+def test_sigterm_to_the_process_group_finishes_the_epoch_saves_and_resumes(make_cfg, tmp_path, vec):
+    if vec == "ray":
+        pytest.importorskip("ray")
+    proc = start_training(tmp_path / "run", f"vec={vec}", "train.num_steps=64")
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    os.killpg(proc.pid, signal.SIGTERM)  # the main process and every worker at once
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    (saved,) = (tmp_path / "run" / "checkpoints").glob("epoch_*.pt")
+    assert "_interrupted" not in saved.name and "SIGTERM" in output and "checkpoint saved" in output
+    state = torch.load(saved, weights_only=False)
+    assert state["global_step"] == state["epoch"] * 64 * 8  # a clean epoch boundary
+    assert state["rollout"]["env_state"]["backend"] == vec  # the workers were alive to save their envs
+    time.sleep(1.0)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+    if vec == "multiprocessing":  # and the run goes on from it
+        steps = (state["epoch"] + 2) * 64 * 8
+        resumed = run(make_cfg(f"vec={vec}", "train.num_steps=64", f"train.total_timesteps={steps}",
+                               "train.eval_episodes=0", f"resume={saved}"), tmp_path / "resumed")
+        assert resumed["train/epoch"] == state["epoch"] + 2
+
+
+def test_sigusr1_saves_a_checkpoint_and_training_goes_on(tmp_path):
+    proc = start_training(tmp_path, "train.num_steps=64")
+    proc.send_signal(signal.SIGUSR1)
+    checkpoints = tmp_path / "checkpoints"
+    deadline = time.monotonic() + 60
+    while not list(checkpoints.glob("epoch_*.pt")):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    epochs = len((tmp_path / "metrics.jsonl").read_text().splitlines())
+    time.sleep(1.0)
+    assert proc.poll() is None  # still training
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) > epochs
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "SIGUSR1" in output
+
+
+def test_a_second_signal_stops_at_once_into_its_own_interrupted_checkpoint(tmp_path):
+    # long updates (many minibatch passes), so that both signals land inside one epoch
+    proc = start_training(tmp_path, "train.num_steps=256", "train.update_epochs=100",
+                          "train.num_minibatches=64")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    (saved,) = (tmp_path / "checkpoints").glob("epoch_*_interrupted.pt")
+    state = torch.load(saved, weights_only=False)
+    # the unfinished epoch's steps are not counted: the counter stays on the epoch boundary
+    assert state["global_step"] == state["epoch"] * 256 * 8
+    assert not list((tmp_path / "checkpoints").glob("*.tmp"))
+    assert "interrupted during epoch" in output
+
+
+def test_forkserver_workers_train(make_cfg, tmp_path):
+    metrics = run(make_cfg("vec=multiprocessing", "vec.start_method=forkserver", "train.total_timesteps=2048",
+                           "train.num_steps=64", "train.eval_episodes=0"), tmp_path)
+    assert metrics["train/epoch"] == 4

@@ -105,9 +105,24 @@ def _execute(command: int, group: EnvGroup, actions, seeds, step_seconds, worker
     return group, infos
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user took the number: ours is gone
+        return False
+    return True
+
+
 def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, done, messages,
             parent_pid, agents_per_env, spin_s):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C and closes us
+    # Ctrl-C and SIGTERM reach the whole process group (a terminal, SLURM, GNU timeout): the main
+    # process handles them, saves a checkpoint with our envs in it, then closes us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Our parent: the main process, or under forkserver the fork server, which ends with it.
+    watched = os.getppid()
     shared = _views(raw, layout)
     commands, states, seeds = shared["commands"], shared["states"], shared["seed"]
     step_seconds = shared["step_seconds"]
@@ -143,8 +158,8 @@ def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, d
         while tickets[worker_id] == seen and time.perf_counter() < spin_until:
             os.sched_yield()
         if not go.acquire(timeout=1.0):
-            if os.getppid() != parent_pid:  # the main process is gone: don't linger as an orphan
-                break
+            if os.getppid() != watched or not _alive(parent_pid):  # the main process is gone:
+                break  # don't linger as an orphan
             continue
         idle_s = time.perf_counter() - waiting_since
         seen = int(tickets[worker_id])

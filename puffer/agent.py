@@ -114,13 +114,13 @@ class Agent:
         return path
 
 
-def model_path(path: str | Path) -> Path:
+def model_path(path: str | Path, key: str = "path") -> Path:
     """A model.pt or checkpoint file as given; for a run directory its model.pt, else its newest
-    checkpoint; `latest` the newest run under outputs/."""
+    checkpoint; `latest` the newest run under outputs/. `key` names the argument in errors."""
     candidate = Path(path)
     if candidate.is_dir() and (candidate / "model.pt").is_file():
         return candidate / "model.pt"
-    return checkpoint.resolve(str(path), key="path")
+    return checkpoint.resolve(str(path), key=key)
 
 
 def load(path: str | Path, device: str = "cpu") -> Agent:
@@ -128,7 +128,7 @@ def load(path: str | Path, device: str = "cpu") -> Agent:
     from puffer.run import build_policy, spaces_from_config
 
     file = model_path(path)
-    state = torch.load(file, map_location=device, weights_only=False)
+    state = checkpoint.read(file, f"path={str(path)!r}", map_location=device)
     config = state.get("config") or {}
     if "observation_space" in state:
         spaces_ = state["observation_space"], state["action_space"], state["native_action_space"]

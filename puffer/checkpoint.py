@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import pickle
 import random
 from pathlib import Path
 
@@ -25,8 +26,8 @@ class CheckpointError(OSError):
 
 
 def save_atomic(obj, path: Path) -> None:
-    """Write to a temporary file, fsync, then rename: a crash or a full disk never leaves a torn
-    checkpoint, and the previous one stays as it was."""
+    """Write to a temporary file, fsync, then rename: a crash, an interrupt or a full disk never
+    leaves a torn checkpoint (nor its temporary file), and the previous one stays as it was."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -35,10 +36,24 @@ def save_atomic(obj, path: Path) -> None:
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
+        # torch.save reports a failed write as RuntimeError ("unexpected pos ..."): ask the disk
+        # while the partial file still fills it
+        code = getattr(exc, "errno", None) or (errno.ENOSPC if _disk_full(path) else errno.EIO)
         tmp.unlink(missing_ok=True)
-        reason = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
-        raise CheckpointError(exc.errno, f"could not write checkpoint {path}: {reason}") from exc
+        reason = "the disk is full" if code == errno.ENOSPC else getattr(exc, "strerror", None) or str(exc)
+        raise CheckpointError(code, f"could not write checkpoint {path}: {reason}") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        stats = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < 1 << 20
 
 
 def prune(directory: Path, keep: int) -> None:
@@ -49,13 +64,57 @@ def prune(directory: Path, keep: int) -> None:
         old.unlink()
 
 
+def candidates(root: str | Path, single_runs: bool = False) -> list[Path]:
+    """Checkpoints under `root`, newest first. `single_runs`: leave out the jobs of multiruns
+    (outputs/multirun/...), which `resume=latest` must not pick up."""
+    root = Path(root)
+    found = [p for p in root.glob(f"**/checkpoints/{PATTERN}")
+             if not (single_runs and "multirun" in p.relative_to(root).parts)]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
 def find_latest(root: str | Path, key: str = "resume") -> Path:
     """The newest checkpoint under `root` (a run directory or the whole outputs/ tree); `key`
     is the config key that asked, for the error."""
-    candidates = sorted(Path(root).glob(f"**/checkpoints/{PATTERN}"), key=lambda p: p.stat().st_mtime)
-    if not candidates:
+    found = candidates(root, single_runs=True)
+    if not found:
         raise CheckpointError(errno.ENOENT, f"{key}=latest: no checkpoint under {Path(root).resolve()}")
-    return candidates[-1]
+    return found[0]
+
+
+def read(path: Path, key: str = "resume", map_location=None) -> dict:
+    """torch.load, with an error that names the file when it is torn, empty or not a checkpoint."""
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=False)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, ValueError) as exc:
+        raise CheckpointError(errno.EIO, f"{key}: {path} is not a readable checkpoint (truncated, "
+                              f"empty or another kind of file: {exc})") from None
+    if not isinstance(state, dict) or "policy" not in state:
+        raise CheckpointError(errno.EINVAL, f"{key}: {path} is not a puffer checkpoint")
+    return state
+
+
+def load(value: str, outputs: str | Path = "outputs", key: str = "resume",
+         map_location=None) -> tuple[Path, dict]:
+    """(path, state) for `resume=`/`checkpoint=` values as `resolve` reads them. For a run
+    directory or `latest`, an unreadable newest checkpoint is skipped with a warning naming it,
+    for the newest readable one; a file named explicitly must be readable itself."""
+    path = Path(value)
+    if value != "latest" and not path.is_dir():
+        path = resolve(value, outputs, key)
+        return path, read(path, f"{key}={value!r}", map_location)
+    root = outputs if value == "latest" else path
+    found = candidates(root, single_runs=value == "latest")
+    if not found:
+        resolve(value, outputs, key)  # raises the not-found error
+    for i, candidate in enumerate(found):
+        try:
+            return candidate, read(candidate, f"{key}={value!r}", map_location)
+        except CheckpointError as exc:
+            if i + 1 == len(found):
+                raise
+            log.warning("%s; using the previous one, %s", exc, found[i + 1])
+    raise AssertionError("unreachable")
 
 
 def resolve(value: str, outputs: str | Path = "outputs", key: str = "resume") -> Path:

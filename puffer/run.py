@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import puffer.vector
 from puffer import checkpoint, profiler
-from puffer.agent import Agent, load
+from puffer.agent import Agent, load, model_path
 from puffer.config import ConfigError, algorithm_class, resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
@@ -194,7 +194,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Train (and evaluate) as `cfg` says; returns the final metrics, `eval/return_mean` among them.
     mode=profile trains briefly and reports where the time went instead of evaluating."""
     validate(cfg)
-    resume = checkpoint.resolve(cfg.resume) if cfg.resume else None
+    resume, resume_state = checkpoint.load(cfg.resume, map_location="cpu") if cfg.resume else (None, None)
+    if resume is not None:
+        check_resumable(resume, resume_state, cfg)
     run_dir = prepare_run_dir(cfg, Path(run_dir))
     if cfg.mode.name == "eval":
         return run_eval(cfg, run_dir)
@@ -223,7 +225,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                             full_config=OmegaConf.to_container(cfg, resolve=True),
                             profiler=Profiler(device, sync=sync))
         if resume is not None:
-            trainer.load_state_dict(torch.load(resume, map_location=device, weights_only=False))
+            trainer.load_state_dict(resume_state)
             log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,
                      trainer.global_step)
         metrics = train_until_done(trainer, cfg.profile.torch_trace and profiling, run_dir)
@@ -252,13 +254,74 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
             logger.close()
 
 
+# What a checkpoint's tensors are shaped by: resuming with other values cannot work.
+SHAPING_KEYS = ("vec.num_envs", "train.num_steps")
+
+
+def check_resumable(path: Path, state: dict, cfg: DictConfig) -> None:
+    """Before any env starts: `path` is a training checkpoint, and the env, the policy and the
+    keys that shape its tensors are the ones it was trained with (each difference named)."""
+    if "optimizer" not in state:
+        raise checkpoint.CheckpointError(
+            2, f"resume={cfg.resume!r}: {path} holds a trained policy only (model.pt: for puffer.load "
+            "and mode=eval); resume needs a training checkpoint: the run directory or its "
+            "checkpoints/epoch_*.pt")
+    saved = state.get("config")
+    if not saved:
+        return
+    now = OmegaConf.to_container(cfg, resolve=True)
+    differences = [f"{key}: {a!r} in the checkpoint, {b!r} now"
+                   for key, a, b in config_differences(saved, now, ("env", "policy"), SHAPING_KEYS)]
+    if differences:
+        raise ConfigError(f"resume={cfg.resume!r}: {path} was trained with other settings: "
+                          + "; ".join(differences) + ". Pass the original run's values (its "
+                          "config.yaml) or start a new run without resume")
+
+
+def config_differences(saved: dict, now: dict, sections: tuple, keys: tuple) -> list[tuple]:
+    """(dotted key, saved value, current value) where they differ, over whole `sections` and
+    single `keys`."""
+    def flat(node, prefix):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from flat(value, f"{prefix}.{key}")
+        else:
+            yield prefix, node
+
+    def get(config, dotted):
+        for part in dotted.split("."):
+            config = config.get(part) if isinstance(config, dict) else None
+        return config
+
+    names = set(keys)
+    for section in sections:
+        names |= {key for key, _ in flat(saved.get(section), section)}
+        names |= {key for key, _ in flat(now.get(section), section)}
+    return [(key, get(saved, key), get(now, key)) for key in sorted(names)
+            if get(saved, key) != get(now, key)]
+
+
+def overridden(group: str) -> bool:
+    """Whether this command line set `group` (e.g. env=... or env.id=...); False outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.")) for o in HydraConfig.get().overrides.task)
+
+
 def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """mode=eval: the evaluation protocol on a saved policy; results in eval.json and metrics."""
-    path = checkpoint.resolve(cfg.checkpoint, key="checkpoint")
+    path = model_path(cfg.checkpoint, key="checkpoint")
     device = resolve_device(cfg.device)
-    # The policy as it was trained (its architecture is in the checkpoint's config).
-    policy = load(path, device).policy
-    metrics = final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device)
+    # The policy as it was trained (its architecture is in the checkpoint's config), on the env
+    # it was trained on unless this command line names another.
+    agent = load(path, device)
+    saved_env = (agent.config or {}).get("env")
+    if saved_env and not overridden("env"):
+        cfg = cfg.copy()
+        cfg.env = OmegaConf.create(saved_env)
+    metrics = final_evaluation(cfg, agent.policy, make_env_creator(cfg, evaluation=True), device)
     logger = make_logger(cfg, run_dir, hydra_job_info())
     try:
         logger.log(metrics, 0)

@@ -18,6 +18,7 @@ import pytest
 import torch
 from gymnasium.utils import EzPickle
 
+import puffer.config
 import puffer.vector
 from puffer import checkpoint
 from puffer.checkpoint import CheckpointError
@@ -275,3 +276,74 @@ def test_forkserver_workers_train(make_cfg, tmp_path):
     metrics = run(make_cfg("vec=multiprocessing", "vec.start_method=forkserver", "train.total_timesteps=2048",
                            "train.num_steps=64", "train.eval_episodes=0"), tmp_path)
     assert metrics["train/epoch"] == 4
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MB tmpfs (needs the right to mount, as root in a container has)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_really_full_disk_is_named_and_leaves_no_torn_file(small_disk):
+    path = small_disk / "checkpoints" / "epoch_000001.pt"
+    checkpoint.save_atomic({"policy": torch.zeros(1000)}, path)
+    with pytest.raises(CheckpointError, match="could not write checkpoint .*the disk is full"):
+        checkpoint.save_atomic({"policy": torch.zeros(1 << 20)}, path)  # 4 MB on a 1 MB disk
+    assert torch.equal(torch.load(path, weights_only=False)["policy"], torch.zeros(1000))
+    assert list(path.parent.iterdir()) == [path]
+
+
+def test_resume_from_model_pt_says_it_holds_a_policy_only(make_cfg, tmp_path):
+    run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "train.eval_episodes=0"), tmp_path / "a")
+    with pytest.raises(CheckpointError, match="holds a trained policy only .*checkpoints/epoch_"):
+        run(make_cfg(f"resume={tmp_path / 'a' / 'model.pt'}"), tmp_path / "b")
+
+
+def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(make_cfg, tmp_path, caplog):
+    small = ["train.total_timesteps=1024", "train.num_steps=64", "train.eval_episodes=0"]
+    run(make_cfg(*small, "train.checkpoint_interval=1", "train.keep_checkpoints=0"), tmp_path / "a")
+    checkpoints = sorted((tmp_path / "a" / "checkpoints").glob("epoch_*.pt"))
+    newest = checkpoints[-1]
+    newest.write_bytes(newest.read_bytes()[:100])  # torn
+    path, state = checkpoint.load(str(tmp_path / "a"))
+    assert path == checkpoints[-2] and state["epoch"] == 1
+    assert str(newest) in caplog.text and "not a readable checkpoint" in caplog.text
+    with pytest.raises(CheckpointError, match=f"{newest}.* is not a readable checkpoint"):
+        checkpoint.load(str(newest))  # a file named explicitly: no silent substitute
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="garbage.pt is not a readable checkpoint"):
+        run(make_cfg(*small, f"resume={tmp_path / 'garbage.pt'}"), tmp_path / "b")
+
+
+def test_resume_latest_leaves_multirun_jobs_out(tmp_path):
+    single = tmp_path / "2026-12-04" / "10-00-00" / "checkpoints" / "epoch_000001.pt"
+    swept = tmp_path / "multirun" / "2026-12-04" / "11-00-00" / "0" / "checkpoints" / "epoch_000001.pt"
+    for path in (single, swept):
+        checkpoint.save_atomic({"policy": {}}, path)
+        time.sleep(0.05)
+    assert checkpoint.find_latest(tmp_path) == single
+
+
+def test_resume_with_another_architecture_names_every_difference(make_cfg, tmp_path):
+    run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "train.eval_episodes=0"), tmp_path / "a")
+    with pytest.raises(puffer.config.ConfigError) as info:
+        run(make_cfg(f"resume={tmp_path / 'a'}", "policy.hidden_size=32", "policy.activation=relu",
+                     "train.num_steps=32"), tmp_path / "b")
+    message = str(info.value)
+    for expected in ("policy.hidden_size: 64 in the checkpoint, 32 now", "policy.activation: 'tanh'",
+                     "train.num_steps: 64 in the checkpoint, 32 now"):
+        assert expected in message
+
+
+def test_eval_uses_the_checkpoints_env_unless_told_otherwise(make_cfg, tmp_path):
+    run(make_cfg("env=classic/acrobot", "train.total_timesteps=512", "train.num_steps=32",
+                 "train.eval_episodes=0"), tmp_path / "a")
+    # no env= here: the default env (CartPole) would not even fit the Acrobot policy
+    metrics = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'a'}", "train.eval_episodes=2"), tmp_path / "b")
+    assert metrics["eval/length_mean"] > 100 and metrics["eval/return_mean"] < 0  # Acrobot's

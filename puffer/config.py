@@ -305,6 +305,8 @@ def validate(cfg) -> None:
     _require(t.reward_clip > 0, "train.reward_clip", t.reward_clip, "a number > 0")
     _require(v.backend in BACKENDS, "vec.backend", v.backend, f"one of {BACKENDS}")
     _require(v.num_envs >= 1, "vec.num_envs", v.num_envs, "an integer >= 1")
+    _require(v.backend != "serial" or v.num_workers in (None, 1), "vec.num_workers", v.num_workers,
+             "null with vec=serial (this process steps every env); workers need vec=multiprocessing or ray")
     _require(t.total_timesteps > 0, "train.total_timesteps", t.total_timesteps, "an integer > 0")
     _require(t.num_steps >= 1, "train.num_steps", t.num_steps, "an integer >= 1")
     _require(t.learning_rate > 0 and math.isfinite(t.learning_rate), "train.learning_rate",

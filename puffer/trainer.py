@@ -127,6 +127,28 @@ class Trainer:
     def collect(self) -> None:
         """Fill `self.rollout` with num_steps steps of every row (puffer.rollout.Collector)."""
         self.collector.collect()
+        self.check_rollout_finite()
+
+    def check_rollout_finite(self) -> None:
+        """A NaN or Inf from the env (after the emulation's validation window) stops training
+        with its source named, rather than later as a non-finite loss."""
+        r = self.rollout
+        sources = [("reward", r.rewards)]
+        if r.obs.is_floating_point():
+            sources.append(("observation", r.obs.reshape(r.num_steps, r.num_rows, -1)))
+        for name, values in sources:
+            bad = ~torch.isfinite(values)
+            if values.dim() == 3:  # (steps, rows, values): a row with any bad value
+                bad = bad.any(-1)
+            if bad.any():
+                step, row = (int(i) for i in bad.nonzero()[0])
+                found = values[step, row].reshape(-1)
+                value = found[~torch.isfinite(found)][0]
+                raise NonFiniteError(
+                    f"the env returned a non-finite {name} ({float(value)}) in epoch {self.epoch + 1}: "
+                    f"rollout step {step}, row {row} (env {row // self.vecenv.agents_per_env}), and "
+                    f"{int(bad.sum())} such steps in this rollout; fix the env or wrap it to clean "
+                    "its outputs (values are checked against the space only for env.validate_steps)")
 
     # -- the algorithm -----------------------------------------------------------------------
     def update(self) -> dict[str, float]:

@@ -168,3 +168,9 @@ def test_box2d_configs_build_their_envs_and_keep_variants_apart(make_cfg):
         env.close()
     assert describe(cfg.env) == "LunarLander-v3(continuous=True)"
     assert lookup(describe(cfg.env)).reference != lookup(describe(make_cfg("env=box2d/lunarlander").env)).reference
+
+
+def test_workers_with_the_serial_backend_are_rejected_naming_the_key(make_cfg):
+    with pytest.raises(ConfigError, match="vec.num_workers=2: expected null with vec=serial"):
+        validate(make_cfg("vec=serial", "vec.num_workers=2"))
+    validate(make_cfg("vec=multiprocessing", "vec.num_workers=2"))

@@ -103,11 +103,9 @@ def test_truncated_episodes_bootstrap_so_values_reach_the_infinite_horizon():
 
 
 def test_non_finite_loss_stops_training_naming_the_epoch():
-    class NanReward(ConstantReward):
-        def step(self, action):
-            return np.zeros(1, np.float32), float("nan"), False, False, {}
-
-    trainer = make_trainer(lambda: GymnasiumPufferEnv(env=NanReward()), num_steps=8)
+    trainer = make_trainer(lambda: GymnasiumPufferEnv(env=ConstantReward()), num_steps=8)
+    with torch.no_grad():  # a critic gone bad: values, advantages and the loss become NaN
+        trainer.policy.value_head.bias.fill_(float("nan"))
     with pytest.raises(NonFiniteError, match=r"train/loss is nan at epoch 0"):
         trainer.train()
 
@@ -206,3 +204,39 @@ def test_a_narrower_clip_region_clips_more_of_the_same_update():
         clipfrac[round(metrics["train/clip_coef"], 6)] = metrics["train/clipfrac"]
     assert set(clipfrac) == {0.2, 0.025}
     assert clipfrac[0.025] > clipfrac[0.2] + 0.05, clipfrac
+
+
+class NanAfterAWhile(gym.Env):
+    """CartPole-shaped; from step 30 on, its reward (or one observation value) is NaN."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, where="reward"):
+        self.where, self.t = where, 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.zeros(4, np.float32)
+        reward = 1.0
+        if self.t >= 30:
+            if self.where == "reward":
+                reward = float("nan")
+            else:
+                obs[2] = np.inf
+        return obs, reward, False, self.t % 50 == 0, {}
+
+
+@pytest.mark.parametrize("where", ["reward", "observation"])
+def test_a_non_finite_value_from_the_env_is_named_as_such(where):
+    def creator():
+        return GymnasiumPufferEnv(env=NanAfterAWhile(where), validate_steps=5)
+
+    trainer = make_trainer(creator, num_envs=2, num_steps=64, total_timesteps=128)
+    step = 29 if where == "reward" else 30  # step 30's reward; the observation it returns is seen at 30
+    with pytest.raises(NonFiniteError, match=f"the env returned a non-finite {where} .* rollout step {step}, row 0"):
+        trainer.train()

@@ -1,11 +1,14 @@
 """`python -m puffer [overrides]`: compose the config from conf/ with Hydra and run it.
 
-Ctrl-C (or SIGTERM) saves a checkpoint, closes the workers and exits with status 130.
+Ctrl-C (or SIGTERM) saves a checkpoint, closes the workers and exits with status 130. A bad
+value, a missing or unreadable checkpoint, or an env's failure prints one message (no puffer
+traceback unless HYDRA_FULL_ERROR=1) and exits with status 2.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import hydra
@@ -17,11 +20,29 @@ import puffer.config  # noqa: F401  (registers the schemas before Hydra composes
 log = logging.getLogger("puffer")
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message says all a user needs (the key, the value, what was expected, or the
+    env's own traceback): printed as one message, without puffer's traceback."""
+    from puffer.checkpoint import CheckpointError
+    from puffer.config import ConfigError
+    from puffer.spaces import SpaceError
+    from puffer.trainer import NonFiniteError
+    from puffer.vector.base import EnvError, VecConfigError
+
+    return ConfigError, CheckpointError, SpaceError, NonFiniteError, EnvError, VecConfigError
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     from puffer.run import run
 
-    metrics = run(cfg, HydraConfig.get().runtime.output_dir)
+    try:
+        metrics = run(cfg, HydraConfig.get().runtime.output_dir)
+    except user_errors() as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        log.error("%s: %s\n(HYDRA_FULL_ERROR=1 shows the traceback)", type(exc).__name__, exc)
+        sys.exit(2)
     # The objective a sweeper (e.g. Optuna) maximises.
     for key in ("eval/return_mean", "env/episode_return", "benchmark/sps", "perf/sps"):
         if key in metrics:

@@ -295,7 +295,8 @@ def validate(cfg) -> None:
     _require(cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0")
     missing = sorted(OmegaConf.missing_keys(cfg.env))
     if missing:
-        raise ConfigError(f"env.{missing[0]} is required by this env config and was not given "
+        key = missing[0] if missing[0].startswith("env.") else f"env.{missing[0]}"
+        raise ConfigError(f"{key} is required by this env config and was not given "
                           "(e.g. python -m puffer env=classic/gym env.id=MountainCar-v0)")
     for key in ("hidden_size", "num_layers"):
         if key in cfg.policy:

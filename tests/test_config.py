@@ -174,3 +174,16 @@ def test_workers_with_the_serial_backend_are_rejected_naming_the_key(make_cfg):
     with pytest.raises(ConfigError, match="vec.num_workers=2: expected null with vec=serial"):
         validate(make_cfg("vec=serial", "vec.num_workers=2"))
     validate(make_cfg("vec=multiprocessing", "vec.num_workers=2"))
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("seed=-1", "ConfigError: seed=-1: expected an integer >= 0"),
+    ("resume=/no/such/run", "CheckpointError: [Errno 2] resume='/no/such/run': no such checkpoint"),
+    ("env=classic/gym", "ConfigError: env.id is required by this env config"),
+])
+def test_cli_errors_are_one_message_without_a_traceback(cli, override, message):
+    result = cli(override, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert message in output and "HYDRA_FULL_ERROR=1" in output
+    assert "Traceback" not in output

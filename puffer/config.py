@@ -92,6 +92,9 @@ class VecConfig:
     # multiprocessing, synchronous batches: the main process steps worker 0's envs itself
     # instead of waiting idle; false keeps every env out of the main process.
     step_in_main: bool = True
+    # multiprocessing: a worker busy with one step (or reset) for longer than this many seconds
+    # is stuck: an error naming it, its envs and its Python stack. null: wait forever.
+    step_timeout: float | None = 300.0
     # ray: the cluster to join (e.g. ray://head:10001 or auto); null starts a local Ray.
     ray_address: str | None = None
     # auto: seconds of random-action stepping per candidate.
@@ -306,6 +309,8 @@ def validate(cfg) -> None:
     _require(t.reward_clip > 0, "train.reward_clip", t.reward_clip, "a number > 0")
     _require(v.backend in BACKENDS, "vec.backend", v.backend, f"one of {BACKENDS}")
     _require(v.num_envs >= 1, "vec.num_envs", v.num_envs, "an integer >= 1")
+    _require(v.step_timeout is None or v.step_timeout > 0, "vec.step_timeout", v.step_timeout,
+             "seconds > 0, or null to wait forever")
     _require(v.backend != "serial" or v.num_workers in (None, 1), "vec.num_workers", v.num_workers,
              "null with vec=serial (this process steps every env); workers need vec=multiprocessing or ray")
     _require(t.total_timesteps > 0, "train.total_timesteps", t.total_timesteps, "an integer > 0")

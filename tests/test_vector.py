@@ -368,3 +368,54 @@ def test_wrong_action_shape_is_a_clear_error():
         vec.reset(0)
         with pytest.raises(ValueError, match=r"expected shape \(2,\), got \(3,\)"):
             vec.step(np.zeros(3, int))
+
+
+class HangsInStep(gym.Wrapper):
+    """Steps normally, then blocks forever inside step (a deadlocked simulator)."""
+
+    def __init__(self, env, hang_at):
+        super().__init__(env)
+        self.hang_at, self.t = hang_at, 0
+
+    def step(self, action):
+        self.t += 1
+        if self.t >= self.hang_at:
+            deadlocked_simulator_step()
+        return self.env.step(action)
+
+
+def deadlocked_simulator_step():
+    while True:
+        time.sleep(0.05)
+
+
+def hanging_cartpole():
+    return GymnasiumPufferEnv(env=HangsInStep(gym.make("CartPole-v1"), hang_at=5))
+
+
+def test_an_env_stuck_in_step_is_an_error_with_the_workers_stack(children):
+    vec = Multiprocessing(hanging_cartpole, num_envs=4, num_workers=2, step_timeout=1.5,
+                          step_in_main=False)
+    vec.reset(0)
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 0 \(envs 0..1, pid \d+\) has been busy with one step") as info:
+        for _ in range(100):
+            vec.step(np.zeros(4, int))
+    assert time.monotonic() - started < 10
+    assert "deadlocked_simulator_step" in str(info.value)  # where it is stuck, from faulthandler
+    assert "vec.step_timeout=1.5" in str(info.value)
+    time.sleep(0.5)
+    assert not children()
+
+
+def test_a_stopped_worker_is_an_error_not_a_hang(children):
+    vec = Multiprocessing(cartpole, num_envs=4, num_workers=2, step_timeout=1.5, step_in_main=False)
+    vec.reset(0)
+    vec.step(np.zeros(4, int))
+    os.kill(vec.processes[1].pid, signal.SIGSTOP)
+    with pytest.raises(WorkerError, match=r"worker 1 .* did not answer a request for its stack "
+                                          r"\(process status: stopped\)"):
+        for _ in range(100):
+            vec.step(np.zeros(4, int))
+    time.sleep(0.5)
+    assert not children()

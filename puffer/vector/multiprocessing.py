@@ -29,12 +29,15 @@ crash the interpreter).
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
 import multiprocessing as mp
 import os
 import pickle
 import select
+import shutil
 import signal
+import tempfile
 import time
 import traceback
 import weakref
@@ -116,13 +119,16 @@ def _alive(pid: int) -> bool:
 
 
 def _worker(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, done, messages,
-            parent_pid, agents_per_env, spin_s):
+            parent_pid, agents_per_env, spin_s, stack_dir=None):
     # Ctrl-C and SIGTERM reach the whole process group (a terminal, SLURM, GNU timeout): the main
     # process handles them, saves a checkpoint with our envs in it, then closes us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Our parent: the main process, or under forkserver the fork server, which ends with it.
     watched = os.getppid()
+    if stack_dir is not None:  # where SIGUSR2 makes us write our stack when we seem stuck
+        stack_file = open(os.path.join(stack_dir, f"worker-{worker_id}.txt"), "w")
+        faulthandler.register(signal.SIGUSR2, file=stack_file, all_threads=True)
     shared = _views(raw, layout)
     commands, states, seeds = shared["commands"], shared["states"], shared["seed"]
     step_seconds = shared["step_seconds"]
@@ -184,7 +190,8 @@ class Multiprocessing(VecEnv):
                  num_workers: int | None = None, batch_size: int | None = None,
                  zero_copy: bool = True, seed: int = 0, overwork: bool = False,
                  start_method: str | None = None, spin_us: float = 50.0, poll_s: float = 0.25,
-                 worker_spin_us: float = 100.0, step_in_main: bool = True):
+                 worker_spin_us: float = 100.0, step_in_main: bool = True,
+                 step_timeout: float | None = 300.0):
         creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
                                                         num_workers, batch_size, overwork)
         super().__init__(driver, num_envs, batch_size, seed)
@@ -197,6 +204,13 @@ class Multiprocessing(VecEnv):
         self.worker_spin_s = worker_spin_us * 1e-6
         self.poll_s = poll_s
         self.step_in_main = step_in_main and 1 < num_workers == self.workers_per_batch
+        # A worker busy with one command (building its envs aside) for longer is stuck: an error
+        # with its Python stack (faulthandler, on SIGUSR2, into a file per worker).
+        self.step_timeout = step_timeout
+        self._stack_dir = tempfile.mkdtemp(prefix="puffer-stacks-")
+        # when each worker's command was sent, and which (plain lists: ~30 ns a write per step)
+        self._sent_at = [time.monotonic()] * num_workers
+        self._command_of = [BUILD] * num_workers  # workers start by building their envs
 
         specs = Buffers.specs(self.single_observation_space, self.num_agents)
         specs.update({
@@ -232,7 +246,7 @@ class Multiprocessing(VecEnv):
                 target=_worker, name=f"puffer-worker-{w}", daemon=True,
                 args=(w, creators[w * per : (w + 1) * per], env_args, env_kwargs, w * per,
                       self._raw, layout, self._go[w], self._done, pipes[w][1], os.getpid(),
-                      self.agents_per_env, self.worker_spin_s),
+                      self.agents_per_env, self.worker_spin_s, self._stack_dir),
             )
             process.start()
             pipes[w][1].close()  # the worker holds its end now
@@ -246,7 +260,7 @@ class Multiprocessing(VecEnv):
         self._main_actions = self.actions[self._rows([0])]
         self._reply = None
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._commands,
-                                           self._go, self._messages, self._in_main)
+                                           self._go, self._messages, self._in_main, self._stack_dir)
         self._in_flight = set(self._processes)
         self._received: list[int] | None = None  # what the last recv() returned
         self._idle: set[int] = set()  # received and not sent since
@@ -345,6 +359,7 @@ class Multiprocessing(VecEnv):
         for w in workers:
             self._states[w] = BUSY
             self._commands[w] = command
+            self._sent_at[w], self._command_of[w] = time.monotonic(), command
             self._tickets[w] += 1
             self._in_flight.add(w)
             if w in self._processes:
@@ -409,6 +424,7 @@ class Multiprocessing(VecEnv):
                 self._tokens += 1
             else:
                 self._check_alive()
+                self._check_stuck()
         if ready:
             self._cursor = (ready[-1] + 1) % self.num_workers
         ready.sort()
@@ -473,7 +489,45 @@ class Multiprocessing(VecEnv):
                 )
 
 
-def _shutdown(workers: dict, commands, go, messages, in_main: list) -> None:
+    def _check_stuck(self) -> None:
+        """Raise, naming the worker, its envs and where it is, if a command (building envs
+        aside) has run past `step_timeout`."""
+        if self.step_timeout is None:
+            return
+        now = time.monotonic()
+        for w in sorted(self._in_flight & self._processes.keys()):
+            if self._command_of[w] == BUILD or now - self._sent_at[w] < self.step_timeout:
+                continue
+            process = self._processes[w]
+            stack_path = os.path.join(self._stack_dir, f"worker-{w}.txt")
+            os.kill(process.pid, signal.SIGUSR2)
+            time.sleep(0.5)
+            try:
+                with open(stack_path) as file:
+                    stack = file.read().strip()
+            except FileNotFoundError:
+                stack = ""
+            status = _status(process.pid)
+            self.close()
+            per = self.envs_per_worker
+            where = (f"its stack:\n{stack}" if stack else
+                     f"it did not answer a request for its stack (process status: {status})")
+            raise WorkerError(
+                f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) has been "
+                f"busy with one step for {now - self._sent_at[w]:.0f} s (vec.step_timeout="
+                f"{self.step_timeout:g}); {where}")
+
+
+def _status(pid: int) -> str:
+    try:
+        import psutil
+
+        return psutil.Process(pid).status()
+    except Exception as exc:  # gone, or psutil cannot tell: say so rather than fail here
+        return f"unknown ({exc})"
+
+
+def _shutdown(workers: dict, commands, go, messages, in_main: list, stack_dir: str | None = None) -> None:
     """Ask every worker to close, then make sure none is left: terminate, then kill. Then close
     the envs the main process stepped itself."""
     for w, process in workers.items():
@@ -496,3 +550,5 @@ def _shutdown(workers: dict, commands, go, messages, in_main: list) -> None:
         reader.close()
     while in_main:
         in_main.pop().close()
+    if stack_dir is not None:
+        shutil.rmtree(stack_dir, ignore_errors=True)

@@ -324,3 +324,60 @@ class LSTMWrapper(nn.Module):
     def forward(self, obs: torch.Tensor):
         """Without state (e.g. evaluation of one step from zeros)."""
         return self.step(obs, self.initial_state(obs.shape[0], obs.device))[:2]
+
+
+MASK_KEY = "action_mask"
+MASKED_LOGIT = -1e8  # not -inf: exp() of it is 0, and 0 * it stays 0 in the entropy
+
+
+def mask_leaf(observation_space: spaces.Space, action_space: spaces.Space) -> int | None:
+    """The index (in leaf order) of an `action_mask` entry of a Dict observation whose size is
+    the number of logits (Discrete: n; MultiDiscrete: sum of nvec, each part's mask in turn)."""
+    native = getattr(observation_space, "native", None)
+    if not isinstance(native, spaces.Dict) or MASK_KEY not in native.spaces:
+        return None
+    layout = ObsLayout(native)
+    index = next(i for i, leaf in enumerate(layout.leaves) if leaf.path == (MASK_KEY,))
+    logits = ActionDist(action_space).num_logits
+    if layout.leaves[index].size != logits:
+        raise ValueError(f"obs['{MASK_KEY}'] has {layout.leaves[index].size} entries but the action "
+                         f"space {action_space} has {logits} choices; expected one entry per choice")
+    return index
+
+
+class ActionMasked(nn.Module):
+    """`policy` whose logits of actions the observation's `action_mask` marks 0 are pushed to
+    -1e8: never sampled, never the deterministic choice, and with the same masked distribution
+    in the update as in the rollout. build_policy adds it for a Dict observation with an
+    `action_mask` entry (PettingZoo's classic games, many turn-based envs)."""
+
+    def __init__(self, policy: nn.Module, observation_space: spaces.Space, action_space: spaces.Space):
+        super().__init__()
+        self.policy = policy
+        self.is_recurrent = getattr(policy, "is_recurrent", False)
+        self.index = mask_leaf(observation_space, action_space)
+        self.layout = ObsLayout(observation_space.native)
+        self.continuous = ActionDist(action_space).continuous
+
+    def mask(self, params, obs: torch.Tensor):
+        rows = obs.reshape(-1, obs.shape[-1])  # (T, B, row) sequences give (T*B)-flat params
+        allowed = self.layout.leaf_values(rows)[self.index].reshape(rows.shape[0], -1) != 0
+        if self.continuous:  # (logits, mean, log_std): only the categorical part is masked
+            logits, *rest = params
+            return (logits.masked_fill(~allowed, MASKED_LOGIT), *rest)
+        return params.masked_fill(~allowed, MASKED_LOGIT)
+
+    def forward(self, obs: torch.Tensor):
+        params, value = self.policy(obs)
+        return self.mask(params, obs), value
+
+    def step(self, obs: torch.Tensor, state):
+        params, value, state = self.policy.step(obs, state)
+        return self.mask(params, obs), value, state
+
+    def forward_sequence(self, obs: torch.Tensor, state, starts: torch.Tensor):
+        params, value = self.policy.forward_sequence(obs, state, starts)
+        return self.mask(params, obs), value
+
+    def initial_state(self, batch: int, device="cpu"):
+        return self.policy.initial_state(batch, device)

@@ -26,6 +26,7 @@ from puffer.agent import Agent, load, model_path
 from puffer.config import ConfigError, algorithm_class, resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
+from puffer.models import ActionMasked, mask_leaf
 from puffer.profiler import Profiler
 from puffer.progress import ProgressReporter, env_name
 from puffer.trainer import Stopped, Trainer, seed_everything
@@ -66,8 +67,9 @@ def multiprocessing_options(v: DictConfig, overwork: bool = False) -> dict[str, 
 
 
 def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module:
-    """The policy group's `_target_`; `rnn: lstm` wraps it in an LSTM, `norm_obs: true` in
-    running observation normalization (outermost, so the LSTM sees normalized inputs too)."""
+    """The policy group's `_target_`; `rnn: lstm` wraps it in an LSTM; an `action_mask` entry in
+    a Dict observation masks its logits (puffer.models.ActionMasked); `norm_obs: true` wraps it
+    all in running observation normalization (so the LSTM sees normalized inputs too)."""
     node = dict(OmegaConf.to_container(policy_cfg, resolve=True) if isinstance(policy_cfg, DictConfig)
                 else policy_cfg)
     rnn = node.pop("rnn", None)
@@ -79,6 +81,8 @@ def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module
         from puffer.models import LSTMWrapper
 
         policy = LSTMWrapper(policy)
+    if mask_leaf(observation_space, action_space) is not None:
+        policy = ActionMasked(policy, observation_space, action_space)
     if norm_obs:
         from puffer.normalize import NormalizedPolicy
 

@@ -193,6 +193,8 @@ class CNNPolicyConfig:
     _target_: str = "puffer.models.NatureCNN"
     hidden_size: int = 512
     channels_last: bool = True
+    # auto | chw | hwc: where the channels of the env's frames are (auto: from the shape).
+    layout: str = "auto"
     rnn: str | None = None
     norm_obs: bool = False
     obs_clip: float = 10.0

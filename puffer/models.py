@@ -235,17 +235,36 @@ class Default(nn.Module):
         return self.action_head(self.actor(features)), self.value_head(self.critic(features)).squeeze(-1)
 
 
+def pixel_layout(shape: tuple[int, ...], layout: str = "auto") -> str:
+    """chw or hwc for a 3-d frame shape: `auto` takes a last axis of 1, 3 or 4 (gray, RGB, RGBA)
+    after a larger first one as channels last (gymnasium's render and most envs' frames)."""
+    if layout not in ("auto", "chw", "hwc"):
+        raise ValueError(f"policy.layout={layout!r}: expected auto, chw or hwc")
+    if layout != "auto":
+        return layout
+    return "hwc" if shape[-1] in (1, 3, 4) and shape[0] > 4 else "chw"
+
+
 class NatureCNN(nn.Module):
     """The Nature DQN torso (conv 32-8-4, 64-4-2, 64-3-1, linear 512) shared by the actor and
-    the critic, on (C, H, W) uint8 pixels scaled by 1/255. `channels_last` keeps activations
-    NHWC, about twice as fast on CPUs; it changes no result."""
+    the critic, on uint8 pixels scaled by 1/255, (C, H, W) or (H, W, C) (`layout`, found from
+    the shape by default). `channels_last` keeps activations NHWC, about twice as fast on CPUs;
+    it changes no result."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
-                 hidden_size: int = 512, channels_last: bool = True):
+                 hidden_size: int = 512, channels_last: bool = True, layout: str = "auto"):
         super().__init__()
-        shape = observation_space.shape
+        shape = tuple(observation_space.shape)
         if len(shape) != 3:
-            raise ValueError(f"policy=cnn expects (C, H, W) pixel observations, got shape {shape}")
+            raise ValueError(f"policy=cnn expects (C, H, W) or (H, W, C) pixel observations, got "
+                             f"shape {shape}")
+        self.hwc = pixel_layout(shape, layout) == "hwc"
+        if self.hwc:  # the env's (H, W, C) frames are viewed as (C, H, W) in encode(), no copy
+            shape = (shape[2], shape[0], shape[1])
+        if min(shape[1:]) < 36:
+            raise ValueError(f"policy=cnn needs frames of at least 36x36 (the Nature CNN's kernels "
+                             f"and strides), got {shape[1]}x{shape[2]}; use policy=default (an MLP "
+                             "over the flattened pixels) for small grids")
         self.channels_last = channels_last
         self.scale = 1.0 / 255.0 if np.dtype(observation_space.dtype) == np.uint8 else 1.0
         self.convs = nn.Sequential(
@@ -266,6 +285,8 @@ class NatureCNN(nn.Module):
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         # Reorder the uint8 pixels, then make one float copy and scale it in place: one
         # minibatch-sized float allocation instead of three (float, scaled, reordered).
+        if self.hwc:  # NHWC memory viewed as NCHW is channels_last already
+            obs = obs.permute(0, 3, 1, 2)
         if self.channels_last:
             obs = obs.contiguous(memory_format=torch.channels_last)
         # (copy=True: a float input must not be scaled in place under its caller)

@@ -46,3 +46,23 @@ def test_nature_cnn_layouts_agree_and_leave_the_input_alone():
     assert torch.equal(float_logits, logits)
     assert torch.equal(floats, pixels.float())
     assert value.abs().max() > 0  # not a degenerate all-zero comparison
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_hwc_frames_give_what_the_same_frames_in_chw_give(channels_last):
+    """An env's (H, W, C) frames (gymnasium's render, CarRacing, ...) are seen as (C, H, W)."""
+    torch.manual_seed(0)
+    chw = NatureCNN(spaces.Box(0, 255, (3, 64, 48), np.uint8), spaces.Discrete(5), channels_last=channels_last)
+    hwc = NatureCNN(spaces.Box(0, 255, (64, 48, 3), np.uint8), spaces.Discrete(5), channels_last=channels_last)
+    assert hwc.hwc and not chw.hwc
+    hwc.load_state_dict(chw.state_dict())  # same parameter shapes: the layout is found from the shape
+    frames = torch.randint(0, 256, (2, 64, 48, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        expected = chw(frames.permute(0, 3, 1, 2).contiguous())
+        got = hwc(frames)
+    torch.testing.assert_close(got, expected)
+
+
+def test_frames_too_small_for_the_nature_cnn_are_a_clear_error():
+    with pytest.raises(ValueError, match="at least 36x36.*got 7x7; use policy=default"):
+        NatureCNN(spaces.Box(0, 255, (7, 7, 3), np.uint8), spaces.Discrete(3))

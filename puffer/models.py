@@ -41,10 +41,47 @@ def mlp(in_dim: int, hidden: int, layers: int, activation: str) -> nn.Sequential
     return nn.Sequential(*modules)
 
 
+IMAGE_FEATURES = 256  # features of each image leaf of a structured observation
+
+
+def is_image(space: spaces.Space) -> bool:
+    """A uint8 Box of frames large enough for the Nature CNN, channels first or last."""
+    if not (isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8):
+        return False
+    shape = space.shape
+    spatial = shape[:2] if pixel_layout(tuple(shape)) == "hwc" else shape[1:]
+    return min(spatial) >= 36
+
+
+class ImageEncoder(nn.Module):
+    """The Nature CNN torso on one image leaf ((C, H, W) or (H, W, C) uint8, scaled by 1/255),
+    then a linear layer to IMAGE_FEATURES (SB3's CombinedExtractor does the same for Dict
+    observations)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        self.hwc = pixel_layout(tuple(shape)) == "hwc"
+        channels = shape[2] if self.hwc else shape[0]
+        self.convs = nn.Sequential(
+            layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            chw = (channels, shape[0], shape[1]) if self.hwc else tuple(shape)
+            flat = self.convs(torch.zeros(1, *chw)).shape[1]
+        self.linear = nn.Sequential(layer_init(nn.Linear(flat, IMAGE_FEATURES)), nn.ReLU())
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        if self.hwc:
+            frames = frames.permute(0, 3, 1, 2)
+        return self.linear(self.convs(frames.float() / 255.0))
+
+
 class ObsEncoder(nn.Module):
     """Flat observations -> float features. A Box is flattened; a structured space (the emulated
-    FlatBox remembers it) is unflattened and each leaf encoded: Box as floats, Discrete and
-    MultiDiscrete as one-hots, MultiBinary as 0/1 floats; the leaves are concatenated."""
+    FlatBox remembers it) is unflattened and each leaf encoded: images (uint8 frames of 36x36 or
+    more) by a small CNN each, other Boxes as floats, Discrete and MultiDiscrete as one-hots,
+    MultiBinary as 0/1 floats; the leaves are concatenated."""
 
     def __init__(self, observation_space: spaces.Space):
         super().__init__()
@@ -55,8 +92,12 @@ class ObsEncoder(nn.Module):
             return
         self.encoders = []
         self.out_dim = 0
+        self.cnns = nn.ModuleList()  # one small Nature torso per image leaf
         for leaf in self.layout.leaves:
-            if isinstance(leaf.space, spaces.Discrete):
+            if is_image(leaf.space):
+                encode = ("cnn", [IMAGE_FEATURES], len(self.cnns))
+                self.cnns.append(ImageEncoder(leaf.shape))
+            elif isinstance(leaf.space, spaces.Discrete):
                 encode = ("onehot", [int(leaf.space.n)], [int(leaf.space.start)])
             elif isinstance(leaf.space, spaces.MultiDiscrete):
                 encode = ("onehot", leaf.space.nvec.ravel().tolist(), leaf.space.start.ravel().tolist())
@@ -71,6 +112,9 @@ class ObsEncoder(nn.Module):
             return obs.reshape(batch, -1).float()
         parts = []
         for (kind, sizes, starts), value in zip(self.encoders, self.layout.leaf_values(obs), strict=True):
+            if kind == "cnn":
+                parts.append(self.cnns[starts](value.reshape(batch, *value.shape[-3:])))
+                continue
             value = value.reshape(batch, -1)
             if kind == "float":
                 parts.append(value.float())

@@ -48,9 +48,13 @@ class _Worker:
     def save(self) -> dict:
         return pickled_envs(self.group.envs)
 
-    def load(self, envs: bytes) -> None:
+    def load(self, envs: bytes, buffers: dict | None = None) -> None:
+        """Continue from saved envs, and from the rows of the buffers they had written: the
+        flags an env writes only at a reset (masks) must not come back as zeros."""
         self.group.close()
         self.group = EnvGroup(pickle.loads(envs), self.first, self.buffers, self.agents_per_env)
+        if buffers is not None:
+            restore(self.buffers, buffers)
 
     def ready(self) -> bool:
         return True
@@ -180,8 +184,10 @@ class Ray(VecEnv):
     def set_state(self, state: dict) -> None:
         saved = check_saved_workers(state, self.num_workers)
         self._drain()
-        self._pending = {actor.load.remote(envs): w
-                         for w, (actor, envs) in enumerate(zip(self._actors, saved, strict=True))}
+        rows = self.envs_per_worker * self.agents_per_env
+        self._pending = {
+            actor.load.remote(envs, {k: v[w * rows : (w + 1) * rows] for k, v in state["buffers"].items()}): w
+            for w, (actor, envs) in enumerate(zip(self._actors, saved, strict=True))}
         self._drain()
         restore(self.buffers, state["buffers"])
         # as after a recv() of every worker: the restored observations await their actions

@@ -213,6 +213,8 @@ class LoggerConfig:
     name: str | None = None
     # offline | online | disabled; null: online when an API key is configured, else offline.
     mode: str | None = None
+    # Seconds to wait for W&B to start online; then the run goes on, logged offline.
+    init_timeout: float = 30.0
     log_checkpoints: bool = True
 
 

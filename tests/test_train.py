@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -148,3 +149,18 @@ def test_an_evaluation_episode_that_never_ends_is_cut_at_eval_max_steps_and_coun
         result = evaluate(policy, cliff, episodes=3, seed=0, num_envs=2, max_episode_steps=200)
     assert result["truncated"] == 3 and result["episodes"] == 0 and np.isnan(result["return_mean"])
     assert "3 of 3 episodes reached train.eval_max_steps=200 steps" in caplog.text
+
+
+def test_wandb_online_without_a_reachable_server_trains_on_offline(tmp_path, make_cfg, monkeypatch, caplog):
+    # a closed local port stands for no network; the key is well formed and wrong
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    started = time.monotonic()
+    metrics = run(make_cfg("logger=wandb", "logger.mode=online", "logger.init_timeout=3",
+                           "train.total_timesteps=512"), tmp_path)
+    assert time.monotonic() - started < 90  # W&B's own default waits 90 s, then stops the run
+    assert metrics["train/epoch"] == 2  # 512 steps of 8 envs x 32
+    assert "continuing offline" in caplog.text
+    records = finished_run_records(tmp_path)  # the offline run file holds the metrics
+    assert any(r.HasField("history") for r in records)

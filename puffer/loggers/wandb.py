@@ -39,14 +39,24 @@ class WandbLogger(Logger):
 
         self.failed = False
         os.environ.setdefault("WANDB_START_METHOD", "thread")  # avoids hangs under Hydra
-        self.run = wandb.init(
+        settings = dict(
             project=cfg.project, entity=cfg.entity, group=cfg.group or group,
             job_type=cfg.job_type, tags=list(cfg.tags) + list(tags or []), name=cfg.name or name,
-            config=config, dir=str(run_dir), mode=pick_mode(cfg.mode),
+            config=config, dir=str(run_dir),
             # Hydra's basic launcher runs multirun jobs in one process: never merge into the
             # previous job's run.
             reinit="finish_previous",
         )
+        mode = pick_mode(cfg.mode)
+        try:
+            self.run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=cfg.init_timeout),
+                                  **settings)
+        except Exception as exc:  # no network, a bad key, a server down: train on regardless
+            if mode != "online":
+                raise
+            log.warning("W&B could not start online (%s); continuing offline: the run is kept "
+                        "under %s for `wandb sync`", str(exc).splitlines()[0], run_dir / "wandb")
+            self.run = wandb.init(mode="offline", **settings)
         self.log_checkpoints = cfg.log_checkpoints
         self.run.define_metric("global_step")
         for namespace in NAMESPACES:

@@ -32,7 +32,7 @@ CASES = {
     "cartpole": ["env=classic/cartpole"],  # gymnasium CartPole-v1, rl-zoo settings, 100k steps
     "ocean": ["env=ocean/cartpole"],  # native batched CartPole, 500k steps
     "breakout": ["env=atari/breakout", "vec=multiprocessing", "train.total_timesteps=8192",
-                 "train.eval_episodes=0"],
+                 "eval.episodes=0"],
 }
 SERIAL = {"cartpole", "ocean"}
 

@@ -30,11 +30,11 @@ sys.path.insert(0, str(ROOT))
 from puffer.loggers.base import read_metrics  # noqa: E402
 
 BREAKOUT = ["env=atari/breakout", "vec.num_envs=4", "train.total_timesteps=2048", "train.num_steps=64",
-            "train.eval_episodes=0"]
+            "eval.episodes=0"]
 RUNS = {
-    "cartpole": ["train.total_timesteps=8192", "train.eval_episodes=2"],
+    "cartpole": ["train.total_timesteps=8192", "eval.episodes=2"],
     "breakout serial": BREAKOUT,
-    "herd lstm": ["env=ocean/herd", "policy.rnn=lstm", "train.total_timesteps=8192", "train.eval_episodes=2"],
+    "herd lstm": ["env=ocean/herd", "policy.rnn=lstm", "train.total_timesteps=8192", "eval.episodes=2"],
     "breakout multiprocessing": [*BREAKOUT, "vec=multiprocessing", "vec.batch_size=4"],
 }
 

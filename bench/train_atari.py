@@ -92,7 +92,7 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
             f"env=atari/{args.game}", "vec=multiprocessing", f"train.total_timesteps={args.steps}",
-            "train.eval_episodes=0", *args.overrides])
+            "eval.episodes=0", *args.overrides])
     metrics = run(cfg, tempfile.mkdtemp(prefix="puffer-bench-atari-"))
     sps = metrics["perf/sps"]
     ceiling_after = ceiling_sps(channels_last=True)

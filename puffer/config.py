@@ -55,11 +55,6 @@ class TrainConfig:
     checkpoint_interval: int = 0
     # How many epoch checkpoints to keep (the newest); 0 keeps all.
     keep_checkpoints: int = 3
-    # Episodes of the final evaluation (deterministic policy, seeds apart from training's).
-    eval_episodes: int = 20
-    # The most steps one evaluation episode may take; one that reaches it is cut (and counted
-    # as eval/truncated), so an env with no time limit cannot hang the end of a run.
-    eval_max_steps: int = 100_000
     # Torch intra-op threads while learning; 0: the thread policy (puffer.threads) picks what
     # helps the model (one for small MLPs), within this job's share of the usable CPUs.
     torch_threads: int = 0
@@ -74,6 +69,23 @@ class TrainConfig:
     amp: str | None = None
     # Seconds between progress lines when stdout is not a terminal.
     log_interval: float = 5.0
+
+
+@dataclass
+class EvalConfig:
+    """The evaluation protocol (puffer.evaluation): after training, and with mode=eval."""
+
+    # Full episodes, on seeds apart from training's, with the deterministic and the stochastic
+    # policy; 0 skips the evaluation.
+    episodes: int = 20
+    # The most steps one episode may take; one that reaches it is cut (and counted as
+    # eval/truncated), so an env with no time limit cannot hang the end of a run.
+    max_steps: int = 100_000
+    # Record the first `video_episodes` episodes of the deterministic evaluation as MP4 files in
+    # <run dir>/videos (the env rendered as rgb_array: full frames, not the policy's input).
+    video: bool = False
+    video_episodes: int = 1
+    video_fps: int = 30
 
 
 @dataclass
@@ -248,6 +260,7 @@ class RunConfig:
     vec: VecConfig = field(default_factory=VecConfig)
     policy: Any = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     mode: ModeConfig = field(default_factory=ModeConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
@@ -337,8 +350,11 @@ def validate(cfg) -> None:
     for key in ("torch_threads", "rollout_threads"):
         _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0 (0 picks for the machine)")
     _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
-    _require(t.eval_episodes >= 0, "train.eval_episodes", t.eval_episodes, "an integer >= 0")
-    _require(t.eval_max_steps >= 1, "train.eval_max_steps", t.eval_max_steps, "an integer >= 1")
+    e = cfg.eval
+    _require(e.episodes >= 0, "eval.episodes", e.episodes, "an integer >= 0 (0: no evaluation)")
+    _require(e.max_steps >= 1, "eval.max_steps", e.max_steps, "an integer >= 1")
+    _require(e.video_episodes >= 1, "eval.video_episodes", e.video_episodes, "an integer >= 1")
+    _require(e.video_fps >= 1, "eval.video_fps", e.video_fps, "an integer >= 1")
     algorithm_class(t._target_)
     _require(cfg.logger.backend in LOGGER_BACKENDS, "logger.backend", cfg.logger.backend,
              f"one of {LOGGER_BACKENDS}")
@@ -347,7 +363,7 @@ def validate(cfg) -> None:
     if cfg.mode.name == "eval":
         _require(cfg.checkpoint is not None, "checkpoint", cfg.checkpoint,
                  "a checkpoint file, a run directory or `latest` with mode=eval")
-        _require(t.eval_episodes > 0, "train.eval_episodes", t.eval_episodes, "> 0 with mode=eval")
+        _require(e.episodes > 0, "eval.episodes", e.episodes, "> 0 with mode=eval")
     resolve_device(cfg.device)
 
 

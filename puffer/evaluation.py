@@ -33,15 +33,17 @@ def episode_quotas(episodes: int, num_envs: int) -> np.ndarray:
 @torch.inference_mode()
 def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
              device: str | torch.device = "cpu", deterministic: bool = True,
-             num_envs: int = 8, max_episode_steps: int = 100_000) -> dict[str, float]:
+             num_envs: int = 8, max_episode_steps: int = 100_000,
+             recorder_factory=None) -> dict[str, float]:
     """Play `episodes` episodes; returns the mean, std and Student's t 95% interval of the
     episode return, and the mean length.
 
-    An episode that reaches `max_episode_steps` (train.eval_max_steps) is cut, so that an env
+    An episode that reaches `max_episode_steps` (eval.max_steps) is cut, so that an env
     with no time limit cannot hang the evaluation: it counts toward its slot's quota as
     `truncated`, with no return (it has none), and since its env cannot be reset alone, so does
     the rest of that slot's quota. A warning says how many; if every episode was cut, the return
-    statistics are NaN."""
+    statistics are NaN. `recorder_factory(env)`, given, records the first eval env's episodes
+    (a puffer.video.EpisodeRecorder)."""
     num_envs = max(1, min(num_envs, episodes))
     returns, lengths = [], []
     with Serial(env_creator, num_envs=num_envs, seed=seed + EVAL_SEED_OFFSET) as vec, threads.using(
@@ -55,6 +57,9 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
         dist = ActionDist(vec.single_action_space)
         vec.async_reset()
         received = vec.recv()
+        recorder = recorder_factory(vec.envs[0]) if recorder_factory is not None else None
+        if recorder is not None:
+            recorder.frame()
         recurrent = getattr(policy, "is_recurrent", False)
         if recurrent:
             state = policy.initial_state(vec.num_agents, device)
@@ -70,23 +75,29 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
             action = dist.mode(params) if deterministic else dist.sample(params)[0]
             vec.send(dist.to_env(action))
             received = vec.recv()
+            if recorder is not None:
+                recorder.frame()
             if recurrent:
                 before_done, prev_done = prev_done, received.terminals | received.truncations
             episode_steps += 1
             for info in received.infos:
                 slot = info["env_id"] * rows + info.get("row", 0)
                 if "episode_return" in info:
+                    if slot == 0 and recorder is not None:
+                        recorder.end_episode()
                     episode_steps[slot] = 0
                     if done_count[slot] < quotas[slot]:
                         done_count[slot] += 1
                         returns.append(info["episode_return"])
                         lengths.append(info["episode_length"])
             cut = (episode_steps >= max_episode_steps) & (done_count < quotas)
+            if cut[0] and recorder is not None:  # the recorded episode was cut: keep what it has
+                recorder.end_episode()
             if cut.any():
                 truncated += int((quotas - done_count)[cut].sum())
                 done_count[cut] = quotas[cut]
     if truncated:
-        log.warning("evaluation: %d of %d episodes reached train.eval_max_steps=%d steps and were cut "
+        log.warning("evaluation: %d of %d episodes reached eval.max_steps=%d steps and were cut "
                     "(no return counted for them)", truncated, episodes, max_episode_steps)
     returns = np.asarray(returns, dtype=np.float64)
     if len(returns) == 0:

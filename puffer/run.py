@@ -7,6 +7,7 @@ Hydra app is a thin layer over the same code path as a user script.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import signal
@@ -242,13 +243,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         # The trained policy is saved before evaluating it: an evaluation that fails or never
         # ends must not cost the run (`mode=eval checkpoint=<run dir>` can evaluate it again).
         Agent.from_env(policy, vecenv.driver_env, trainer.full_config).save(run_dir / "model.pt")
-        metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device))
+        metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device,
+                                        run_dir, logger))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if evaluation:
             logger.log(evaluation, trainer.global_step)
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
                  metrics.get("eval/return_mean", float("nan")),
-                 metrics.get("eval/return_ci95", float("nan")), cfg.train.eval_episodes)
+                 metrics.get("eval/return_ci95", float("nan")), cfg.eval.episodes)
         return metrics
     finally:
         if progress is not None:
@@ -325,9 +327,10 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     if saved_env and not overridden("env"):
         cfg = cfg.copy()
         cfg.env = OmegaConf.create(saved_env)
-    metrics = final_evaluation(cfg, agent.policy, make_env_creator(cfg, evaluation=True), device)
     logger = make_logger(cfg, run_dir, hydra_job_info())
     try:
+        metrics = final_evaluation(cfg, agent.policy, make_env_creator(cfg, evaluation=True), device,
+                                   run_dir, logger)
         logger.log(metrics, 0)
     finally:
         logger.close()
@@ -405,12 +408,46 @@ def report_profile(metrics: dict[str, float], run_dir: Path) -> None:
     Console(soft_wrap=True).print(text, markup=False, highlight=False)
 
 
-def final_evaluation(cfg: DictConfig, policy, env_creator, device: str) -> dict[str, float]:
-    if cfg.train.eval_episodes == 0:
+def final_evaluation(cfg: DictConfig, policy, env_creator, device: str,
+                     run_dir: Path | None = None, logger: Logger | None = None) -> dict[str, float]:
+    """The evaluation protocol, deterministic then stochastic; with eval.video, the first
+    deterministic episodes are recorded into <run_dir>/videos and given to the logger."""
+    if cfg.eval.episodes == 0:
         return {}
     metrics = {}
     for deterministic, prefix in ((True, "eval/"), (False, "eval/stochastic_")):
-        result = evaluate(policy, env_creator, cfg.train.eval_episodes, cfg.seed, device,
-                          deterministic=deterministic, max_episode_steps=cfg.train.eval_max_steps)
+        recorders: list = []
+        creator, factory = env_creator, None
+        if cfg.eval.video and deterministic and run_dir is not None:
+            creator, factory = rendering(env_creator), recorder_factory(cfg, run_dir, recorders)
+        result = evaluate(policy, creator, cfg.eval.episodes, cfg.seed, device,
+                          deterministic=deterministic, max_episode_steps=cfg.eval.max_steps,
+                          recorder_factory=factory)
         metrics.update({f"{prefix}{k}": v for k, v in result.items()})
+        for path in (recorders[0].written if recorders else []):
+            if logger is not None:
+                logger.log_video(f"eval/video_{path.stem.rsplit('_', 1)[-1]}", path)
     return metrics
+
+
+def rendering(env_creator):
+    """The env creator with render_mode='rgb_array', or a clear error if the env has none."""
+    import inspect
+
+    target = getattr(env_creator, "func", env_creator)
+    if "render_mode" not in inspect.signature(target).parameters and not any(
+            p.kind == p.VAR_KEYWORD for p in inspect.signature(target).parameters.values()):
+        raise ConfigError(f"eval.video=true: {getattr(target, '__qualname__', target)} takes no "
+                          "render_mode, so its env cannot be rendered; expected a gymnasium, Atari "
+                          "or PettingZoo env")
+    return functools.partial(env_creator, render_mode="rgb_array")
+
+
+def recorder_factory(cfg: DictConfig, run_dir: Path, recorders: list):
+    from puffer.video import EpisodeRecorder
+
+    def make(env):
+        recorders.append(EpisodeRecorder(env, run_dir / "videos", cfg.eval.video_episodes, cfg.eval.video_fps))
+        return recorders[-1]
+
+    return make

@@ -28,7 +28,7 @@ def play(agent, env, seed: int) -> float:
 
 
 def test_loaded_agent_reaches_the_runs_own_evaluation_return(tmp_path):
-    result = puffer.train("train.total_timesteps=8192", "train.eval_episodes=4", run_dir=tmp_path)
+    result = puffer.train("train.total_timesteps=8192", "eval.episodes=4", run_dir=tmp_path)
     assert result.run_dir == tmp_path and (tmp_path / "model.pt").is_file()
     # a run directory, its model.pt and the last checkpoint (spaces rebuilt from the config) all load
     for path in (tmp_path, tmp_path / "model.pt", sorted((tmp_path / "checkpoints").glob("*.pt"))[-1]):

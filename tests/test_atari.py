@@ -118,7 +118,7 @@ def test_wrapped_env_is_the_documented_stack():
 
 
 def test_headline_command_runs_logs_and_checkpoints(cli, tmp_path):
-    cli("env=atari/breakout", "vec=multiprocessing", "train.total_timesteps=4096", "train.eval_episodes=2")
+    cli("env=atari/breakout", "vec=multiprocessing", "train.total_timesteps=4096", "eval.episodes=2")
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert records[-2]["global_step"] == 4096 and records[-1]["eval/episodes"] == 2
     assert list((tmp_path / "run" / "checkpoints").glob("epoch_*.pt"))
@@ -134,7 +134,7 @@ def test_the_cnn_path_learns_from_pixels(make_cfg, tmp_path):
 def test_a_resumed_atari_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path):
     small = ["env=atari/breakout", "vec=serial", "vec.num_envs=2", "vec.batch_size=2",
              "train.num_steps=32", "train.total_timesteps=256", "train.num_minibatches=2",
-             "train.update_epochs=1", "train.eval_episodes=0"]
+             "train.update_epochs=1", "eval.episodes=0"]
     run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000002.pt"
     assert torch.load(middle, weights_only=False)["rollout"]["env_state"] is not None  # saved mid-game

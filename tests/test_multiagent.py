@@ -120,7 +120,7 @@ def test_multi_agent_rows_are_identical_across_backends():
 
 def test_kaz_trains_end_to_end_from_the_config(make_cfg, tmp_path):
     cfg = make_cfg("env=pettingzoo/kaz", "train.total_timesteps=4096", "train.num_steps=64",
-                   "train.eval_episodes=2", "env.kwargs.max_cycles=100")
+                   "eval.episodes=2", "env.kwargs.max_cycles=100")
     metrics = run(cfg, tmp_path)
     assert np.isfinite(metrics["train/value_loss"]) and metrics["perf/sps"] > 0
     assert "env/episode_return/archer_0" in metrics and metrics["eval/episodes"] == 2

@@ -119,7 +119,7 @@ def test_trainer_merges_only_valid_rows_after_each_update_so_rollouts_use_fixed_
 
 def test_statistics_are_saved_restored_and_frozen_at_evaluation(make_cfg, tmp_path):
     overrides = ["policy.norm_obs=true", "train.norm_reward=true", "train.total_timesteps=2048",
-                 "train.num_steps=64", "train.eval_episodes=2"]
+                 "train.num_steps=64", "eval.episodes=2"]
     run(make_cfg(*overrides), tmp_path)
     saved = torch.load(tmp_path / "model.pt", weights_only=False)
     assert saved["policy"]["obs_rms.count"].item() > 0
@@ -139,7 +139,7 @@ def test_statistics_are_saved_restored_and_frozen_at_evaluation(make_cfg, tmp_pa
 @pytest.mark.parametrize("vec", ["serial", "multiprocessing"])
 def test_normalized_run_resumes_bit_for_bit(make_cfg, tmp_path, vec):
     small = ["policy.norm_obs=true", "train.norm_reward=true", "train.total_timesteps=2048",
-             "train.num_steps=64", "train.eval_episodes=0", f"vec={vec}"]
+             "train.num_steps=64", "eval.episodes=0", f"vec={vec}"]
     run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
     run(make_cfg(*small, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"),
         tmp_path / "resumed")

@@ -88,7 +88,7 @@ def test_a_wandb_failure_never_stops_training(make_cfg, tmp_path, monkeypatch, c
 
     monkeypatch.setattr(wandb.Run, "log", broken_log)
     with caplog.at_level(logging.WARNING):
-        metrics = run(make_cfg("logger=wandb", "train.total_timesteps=1024", "train.eval_episodes=1"), tmp_path)
+        metrics = run(make_cfg("logger=wandb", "train.total_timesteps=1024", "eval.episodes=1"), tmp_path)
     assert metrics["eval/episodes"] == 1
     warnings = [r for r in caplog.records if "W&B log failed" in r.getMessage()]
     assert len(warnings) == 1
@@ -96,7 +96,7 @@ def test_a_wandb_failure_never_stops_training(make_cfg, tmp_path, monkeypatch, c
 
 
 def test_the_breakdown_table_reaches_wandb(make_cfg, tmp_path):
-    run(make_cfg("logger=wandb", "train.total_timesteps=512", "train.eval_episodes=0"), tmp_path)
+    run(make_cfg("logger=wandb", "train.total_timesteps=512", "eval.episodes=0"), tmp_path)
     records = finished_run_records(tmp_path)
     keys = {item.key or "/".join(item.nested_key) for r in records if r.HasField("history")
             for item in r.history.item}

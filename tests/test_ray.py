@@ -127,7 +127,7 @@ def test_a_ray_run_resumes_bit_for_bit(local_ray, make_cfg, tmp_path):
     from puffer.loggers import read_metrics
     from puffer.run import run
 
-    small = ["vec=ray", "train.total_timesteps=2048", "train.num_steps=64", "train.eval_episodes=0"]
+    small = ["vec=ray", "train.total_timesteps=2048", "train.num_steps=64", "eval.episodes=0"]
     run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000002.pt"
     run(make_cfg(*small, f"resume={middle}"), tmp_path / "resumed")

@@ -27,7 +27,7 @@ from puffer.loggers import read_metrics
 from puffer.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["train.total_timesteps=4096", "train.num_steps=64", "train.eval_episodes=0"]
+SMALL = ["train.total_timesteps=4096", "train.num_steps=64", "eval.episodes=0"]
 
 
 def params(path: Path) -> torch.Tensor:
@@ -234,7 +234,7 @@ def test_sigterm_to_the_process_group_finishes_the_epoch_saves_and_resumes(make_
     if vec == "multiprocessing":  # and the run goes on from it
         steps = (state["epoch"] + 2) * 64 * 8
         resumed = run(make_cfg(f"vec={vec}", "train.num_steps=64", f"train.total_timesteps={steps}",
-                               "train.eval_episodes=0", f"resume={saved}"), tmp_path / "resumed")
+                               "eval.episodes=0", f"resume={saved}"), tmp_path / "resumed")
         assert resumed["train/epoch"] == state["epoch"] + 2
 
 
@@ -274,7 +274,7 @@ def test_a_second_signal_stops_at_once_into_its_own_interrupted_checkpoint(tmp_p
 
 def test_forkserver_workers_train(make_cfg, tmp_path):
     metrics = run(make_cfg("vec=multiprocessing", "vec.start_method=forkserver", "train.total_timesteps=2048",
-                           "train.num_steps=64", "train.eval_episodes=0"), tmp_path)
+                           "train.num_steps=64", "eval.episodes=0"), tmp_path)
     assert metrics["train/epoch"] == 4
 
 
@@ -300,13 +300,13 @@ def test_a_really_full_disk_is_named_and_leaves_no_torn_file(small_disk):
 
 
 def test_resume_from_model_pt_says_it_holds_a_policy_only(make_cfg, tmp_path):
-    run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "train.eval_episodes=0"), tmp_path / "a")
+    run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "eval.episodes=0"), tmp_path / "a")
     with pytest.raises(CheckpointError, match="holds a trained policy only .*checkpoints/epoch_"):
         run(make_cfg(f"resume={tmp_path / 'a' / 'model.pt'}"), tmp_path / "b")
 
 
 def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(make_cfg, tmp_path, caplog):
-    small = ["train.total_timesteps=1024", "train.num_steps=64", "train.eval_episodes=0"]
+    small = ["train.total_timesteps=1024", "train.num_steps=64", "eval.episodes=0"]
     run(make_cfg(*small, "train.checkpoint_interval=1", "train.keep_checkpoints=0"), tmp_path / "a")
     checkpoints = sorted((tmp_path / "a" / "checkpoints").glob("epoch_*.pt"))
     newest = checkpoints[-1]
@@ -331,7 +331,7 @@ def test_resume_latest_leaves_multirun_jobs_out(tmp_path):
 
 
 def test_resume_with_another_architecture_names_every_difference(make_cfg, tmp_path):
-    run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "train.eval_episodes=0"), tmp_path / "a")
+    run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "eval.episodes=0"), tmp_path / "a")
     with pytest.raises(puffer.config.ConfigError) as info:
         run(make_cfg(f"resume={tmp_path / 'a'}", "policy.hidden_size=32", "policy.activation=relu",
                      "train.num_steps=32"), tmp_path / "b")
@@ -343,7 +343,7 @@ def test_resume_with_another_architecture_names_every_difference(make_cfg, tmp_p
 
 def test_eval_uses_the_checkpoints_env_unless_told_otherwise(make_cfg, tmp_path):
     run(make_cfg("env=classic/acrobot", "train.total_timesteps=512", "train.num_steps=32",
-                 "train.eval_episodes=0"), tmp_path / "a")
+                 "eval.episodes=0"), tmp_path / "a")
     # no env= here: the default env (CartPole) would not even fit the Acrobot policy
-    metrics = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'a'}", "train.eval_episodes=2"), tmp_path / "b")
+    metrics = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'a'}", "eval.episodes=2"), tmp_path / "b")
     assert metrics["eval/length_mean"] > 100 and metrics["eval/return_mean"] < 0  # Acrobot's

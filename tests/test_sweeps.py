@@ -23,7 +23,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_a_real_multirun_grid_then_the_report(tmp_path):
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "puffer", "-m", "env=classic/cartpole,ocean/cartpole", "seed=0,1",
-            "train.total_timesteps=2048", "train.eval_episodes=3", "logger=wandb",
+            "train.total_timesteps=2048", "eval.episodes=3", "logger=wandb",
             f"hydra.sweep.dir={sweep}"]
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -47,7 +47,7 @@ def test_a_real_multirun_grid_then_the_report(tmp_path):
     runs = [next(r.run for r in finished_run_records(sweep / str(i)) if r.HasField("run")) for i in range(4)]
     assert len({r.run_group for r in runs}) == 1 and runs[0].run_group
     assert "seed=1" in runs[1].tags and "env=classic/cartpole" in runs[1].tags
-    assert runs[3].display_name == "env=ocean/cartpole,seed=1,train.total_timesteps=2048,train.eval_episodes=3"
+    assert runs[3].display_name == "env=ocean/cartpole,seed=1,train.total_timesteps=2048,eval.episodes=3"
 
 
 def compose_with_sweeps(*overrides):
@@ -74,7 +74,7 @@ def test_grid_configs_resolve(sweep, key):
 def test_every_suite_sweep_lists_env_configs_that_compose(suite):
     cfg = compose_with_sweeps(f"+suite={suite}")
     envs = cfg.hydra.sweeper.params.env.split(",")
-    assert cfg.hydra.sweeper.params.seed == "0,1,2" and cfg.train.eval_episodes == 10
+    assert cfg.hydra.sweeper.params.seed == "0,1,2" and cfg.eval.episodes == 10
     for env in envs:
         composed = compose_with_sweeps(f"+suite={suite}", f"env={env}")
         assert composed.train.total_timesteps > 0, env
@@ -102,7 +102,7 @@ def test_ray_launcher_runs_a_grid_on_a_local_ray(tmp_path):
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=ray_cluster",
             "hydra.launcher.ray.init.num_cpus=2", "seed=0,1", "train.total_timesteps=1024",
-            "train.eval_episodes=2", f"hydra.sweep.dir={sweep}"]
+            "eval.episodes=2", f"hydra.sweep.dir={sweep}"]
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Ray Launcher is launching 2 jobs" in result.stdout + result.stderr
@@ -114,9 +114,9 @@ def test_ray_launcher_runs_a_grid_on_a_local_ray(tmp_path):
 
 
 def test_eval_mode_reproduces_the_end_of_training_evaluation(make_cfg, tmp_path):
-    trained = run(make_cfg("train.total_timesteps=4096", "train.eval_episodes=5"), tmp_path / "train")
+    trained = run(make_cfg("train.total_timesteps=4096", "eval.episodes=5"), tmp_path / "train")
     evaluated = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'train' / 'model.pt'}",
-                             "train.eval_episodes=5"), tmp_path / "eval")
+                             "eval.episodes=5"), tmp_path / "eval")
     assert evaluated["eval/return_mean"] == trained["eval/return_mean"]
     saved = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert saved["eval/episodes"] == 5 and saved["checkpoint"].endswith("model.pt")

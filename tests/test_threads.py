@@ -131,7 +131,7 @@ def test_a_checkpoint_carries_the_thread_plan_back_into_the_trainer():
 
 def test_the_joblib_launcher_splits_the_cpus_among_its_jobs(tmp_path):
     args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2",
-            "seed=0,1", "train.total_timesteps=512", "train.eval_episodes=1", f"hydra.sweep.dir={tmp_path}"]
+            "seed=0,1", "train.total_timesteps=512", "eval.episodes=1", f"hydra.sweep.dir={tmp_path}"]
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     cpus = len(os.sched_getaffinity(0))
@@ -148,7 +148,7 @@ def spinners(n: int) -> list[subprocess.Popen]:
 
 def test_the_same_seed_gives_the_same_model_on_a_busy_machine(cli, tmp_path):
     """The thread plan depends on the machine, never on its load."""
-    args = ("train.total_timesteps=4096", "train.eval_episodes=2")
+    args = ("train.total_timesteps=4096", "eval.episodes=2")
     cli(*args, "hydra.run.dir=" + str(tmp_path / "quiet"))
     busy = spinners(os.cpu_count() or 2)
     try:

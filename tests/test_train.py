@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_cli_run_leaves_config_metrics_checkpoint_and_eval(cli, tmp_path):
-    result = cli("train.total_timesteps=2048", "train.eval_episodes=3", "vec=multiprocessing")
+    result = cli("train.total_timesteps=2048", "eval.episodes=3", "vec=multiprocessing")
     run_dir = tmp_path / "run"
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert "id: CartPole-v1" in (run_dir / "config.yaml").read_text()
@@ -45,7 +45,7 @@ def key_of(item) -> str:
 
 def test_wandb_offline_run_records_config_step_metric_and_metrics(tmp_path, make_cfg):
     cfg = make_cfg("logger=wandb", "logger.mode=offline", "train.total_timesteps=1024",
-                   "train.eval_episodes=2", "seed=4")
+                   "eval.episodes=2", "seed=4")
     run(cfg, tmp_path)
     records = finished_run_records(tmp_path)
     updates = [r.run.config.update for r in records if r.HasField("run")]
@@ -89,13 +89,13 @@ def test_default_config_solves_cartpole_within_100k_steps(seed, make_cfg, tmp_pa
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_shipped_acrobot_config_reaches_minus_100_within_100k_steps(seed, make_cfg, tmp_path):
     # rl-baselines3-zoo's settings with observation and reward normalization; SB3 reaches -78.
-    metrics = run(make_cfg("env=classic/acrobot", f"seed={seed}", "train.eval_episodes=10"), tmp_path)
+    metrics = run(make_cfg("env=classic/acrobot", f"seed={seed}", "eval.episodes=10"), tmp_path)
     assert metrics["eval/return_mean"] >= -100, metrics
 
 
 @pytest.mark.slow
 def test_a_continuous_action_env_improves_over_random_play(make_cfg, tmp_path):
-    metrics = run(make_cfg("env=classic/pendulum", "train.total_timesteps=81920", "train.eval_episodes=10"), tmp_path)
+    metrics = run(make_cfg("env=classic/pendulum", "train.total_timesteps=81920", "eval.episodes=10"), tmp_path)
     assert metrics["eval/return_mean"] > -800  # random play: about -1200
 
 
@@ -148,7 +148,7 @@ def test_an_evaluation_episode_that_never_ends_is_cut_at_eval_max_steps_and_coun
     with caplog.at_level("WARNING", logger="puffer.evaluation"):
         result = evaluate(policy, cliff, episodes=3, seed=0, num_envs=2, max_episode_steps=200)
     assert result["truncated"] == 3 and result["episodes"] == 0 and np.isnan(result["return_mean"])
-    assert "3 of 3 episodes reached train.eval_max_steps=200 steps" in caplog.text
+    assert "3 of 3 episodes reached eval.max_steps=200 steps" in caplog.text
 
 
 def test_wandb_online_without_a_reachable_server_trains_on_offline(tmp_path, make_cfg, monkeypatch, caplog):

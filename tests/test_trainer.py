@@ -27,7 +27,7 @@ class MeanReturnRegression(Trainer):
 
 def test_train_target_selects_an_algorithm_that_reuses_loop_collector_and_checkpoints(make_cfg, tmp_path):
     cfg = make_cfg("train._target_=test_trainer.MeanReturnRegression", "train.total_timesteps=1024",
-                   "train.eval_episodes=2")
+                   "eval.episodes=2")
     metrics = run(cfg, tmp_path)
     records = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "train/rows" in r]
     assert len(records) == 1024 // (cfg.train.num_steps * cfg.vec.num_envs)  # one update per epoch

@@ -39,7 +39,7 @@ def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps
 
 
 def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,
-                    validate_steps: int = 1000) -> PettingZooPufferEnv:
+                    validate_steps: int = 1000, render_mode: str | None = None) -> PettingZooPufferEnv:
     try:
         env_module = importlib.import_module(module)
     except ImportError as exc:
@@ -49,5 +49,6 @@ def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,
         ) from exc
     if not hasattr(env_module, "parallel_env"):
         raise ConfigError(f"env.module={module!r}: expected a PettingZoo env module with parallel_env()")
-    return PettingZooPufferEnv(env=env_module.parallel_env(**(kwargs or {})),
+    extra = {"render_mode": render_mode} if render_mode is not None else {}
+    return PettingZooPufferEnv(env=env_module.parallel_env(**(kwargs or {}), **extra),
                                validate_steps=validate_steps)

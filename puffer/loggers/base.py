@@ -20,6 +20,9 @@ class Logger:
     def log_table(self, name: str, columns: list[str], rows: list) -> None:
         """A small table (e.g. the profiler breakdown), logged once."""
 
+    def log_video(self, name: str, path: Path) -> None:
+        """A video file (e.g. an evaluation episode), logged once."""
+
     def close(self) -> None:
         pass
 
@@ -64,6 +67,10 @@ class MultiLogger(Logger):
     def log_table(self, name: str, columns: list[str], rows: list) -> None:
         for logger in self.loggers:
             logger.log_table(name, columns, rows)
+
+    def log_video(self, name: str, path: Path) -> None:
+        for logger in self.loggers:
+            logger.log_video(name, path)
 
     def close(self) -> None:
         for logger in self.loggers:

@@ -95,6 +95,14 @@ class WandbLogger(Logger):
         self.run.log({name: data, f"{name}_chart": wandb.plot.bar(data, columns[0], columns[1],
                                                                    title=name)})
 
+    def log_video(self, name: str, path: Path) -> None:
+        self._guard("video", self._log_video, name, path)
+
+    def _log_video(self, name: str, path: Path) -> None:
+        import wandb
+
+        self.run.log({name: wandb.Video(str(path), format="mp4")})
+
     def close(self) -> None:
         self.failed = False  # finish even after a failure, so the next run starts clean
         self._guard("finish", self.run.finish)

@@ -25,7 +25,7 @@ from torch import nn
 from puffer.models import ActionDist
 from puffer.normalize import RewardScaler
 from puffer.profiler import Profiler
-from puffer.vector.base import Received, rows_of
+from puffer.vector.base import EnvError, Received, rows_of
 
 log = logging.getLogger(__name__)
 
@@ -241,11 +241,17 @@ class Collector:
         can capture them; None before the first rollout."""
         if not self._held:
             return None
+        try:
+            env_state = self.vecenv.get_state()
+        except EnvError as exc:  # e.g. a local Ray's actors killed by the same SIGTERM
+            log.warning("the envs could not be saved (%s); the checkpoint is written without them "
+                        "and a resume restarts them from their seeds", str(exc).splitlines()[0])
+            env_state = None
         return {
             "prev_done": self._prev_done.copy(),
             "before_done": self._before_done.copy(),
             "recurrent_state": [x.clone() for x in self.state] if self.recurrent else None,
-            "env_state": self.vecenv.get_state(),
+            "env_state": env_state,
             "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler else None,
         }
 

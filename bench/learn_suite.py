@@ -1,0 +1,184 @@
+"""Learning across suites: puffer's shipped configs against the published PPO and against
+Stable-Baselines3 with rl-baselines3-zoo's settings, trained side by side on this machine.
+
+    python bench/learn_suite.py [--envs acrobot pendulum ...] [--seeds 0 1 2] [--steps N]
+                                [--reference sb3|none] [--out DIR]
+
+Each (env, seed) is one `python -m puffer env=<config> seed=<seed>` run evaluated with the
+standard protocol (deterministic policy, 10 episodes on seeds apart from training's) and, with
+`--reference sb3` (needs `pip install stable-baselines3`), one SB3 PPO run with the zoo's
+hyper-parameters for that env (VecNormalize where the zoo normalizes, frozen for evaluation), the
+same steps and the same evaluation protocol. puffer and SB3 runs alternate, so a busy machine slows
+both alike. Both get one torch thread (the thread policy's pick for these MLPs).
+
+Prints per env: the mean evaluation return over seeds with its Student's t 95% interval for
+puffer and SB3, the zoo's published figure (benchmark.md: mean +- std over its evaluation
+episodes, one agent; puffer.references), the verdict (ok: puffer's mean at or above the zoo's
+mean minus its std), and the wall time of each with the ratio SB3 / puffer. The steps default to
+the zoo's budget for each env; --steps overrides them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import print_table  # noqa: E402
+
+from puffer.evaluation import EVAL_SEED_OFFSET  # noqa: E402
+from puffer.references import lookup  # noqa: E402
+from puffer.stats import t_interval  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_EPISODES = 10
+
+# puffer config -> (env name in puffer.references, gymnasium id, kwargs, the zoo's budget, the
+# zoo's PPO settings in SB3's names (hyperparams/ppo.yml); "normalize" wraps VecNormalize).
+# The zoo's MuJoCo policy_kwargs (activation by name; turned into the torch class in sb3_job)
+MUJOCO_POLICY = dict(log_std_init=-2, ortho_init=False, activation_fn="relu",
+                     net_arch=dict(pi=[256, 256], vf=[256, 256]))
+SUITE = {
+    "classic/cartpole": ("CartPole-v1", "CartPole-v1", {}, 100_000, dict(
+        n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+        learning_rate="lin_0.001", clip_range="lin_0.2")),
+    "classic/acrobot": ("Acrobot-v1", "Acrobot-v1", {}, 1_000_000, dict(
+        normalize=True, n_envs=16, n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0)),
+    "classic/mountaincar": ("MountainCar-v0", "MountainCar-v0", {}, 1_000_000, dict(
+        normalize=True, n_envs=16, n_steps=16, gae_lambda=0.98, gamma=0.99, n_epochs=4, ent_coef=0.0)),
+    "classic/pendulum": ("Pendulum-v1", "Pendulum-v1", {}, 100_000, dict(
+        n_envs=4, n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
+        learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
+    "box2d/lunarlander": ("LunarLander-v3", "LunarLander-v3", {}, 1_000_000, dict(
+        n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4, ent_coef=0.01)),
+    "box2d/lunarlander_continuous": (
+        "LunarLander-v3(continuous=True)", "LunarLander-v3", {"continuous": True}, 1_000_000, dict(
+            n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4, ent_coef=0.01)),
+    "mujoco/halfcheetah": ("HalfCheetah-v5", "HalfCheetah-v5", {}, 1_000_000, dict(
+        normalize=True, n_envs=1, batch_size=64, n_steps=512, gamma=0.98, learning_rate=2.0633e-05,
+        ent_coef=0.000401762, clip_range=0.1, n_epochs=20, gae_lambda=0.92, max_grad_norm=0.8,
+        vf_coef=0.58096, policy_kwargs=MUJOCO_POLICY)),
+    "mujoco/hopper": ("Hopper-v5", "Hopper-v5", {}, 1_000_000, dict(
+        normalize=True, n_envs=1, batch_size=32, n_steps=512, gamma=0.999, learning_rate=9.80828e-05,
+        ent_coef=0.00229519, clip_range=0.2, n_epochs=5, gae_lambda=0.99, max_grad_norm=0.7,
+        vf_coef=0.835671, policy_kwargs=MUJOCO_POLICY)),
+}
+# The zoo's published PPO figures (benchmark.md): mean and std over its evaluation episodes.
+ZOO_STD = {"CartPole-v1": 0.0, "Acrobot-v1": 18.201, "MountainCar-v0": 19.473, "Pendulum-v1": 104.159,
+           "LunarLander-v3": 31.823, "LunarLander-v3(continuous=True)": 32.072,
+           "HalfCheetah-v5": 663.53, "Hopper-v5": 10.026}
+
+
+def run_puffer(config: str, seed: int, steps: int, out: Path) -> tuple[float, float]:
+    """(mean evaluation return, wall seconds) of one `python -m puffer` run."""
+    run_dir = out / f"puffer-{config.replace('/', '-')}-{seed}"
+    args = [sys.executable, "-m", "puffer", f"env={config}", f"seed={seed}",
+            f"train.total_timesteps={steps}", f"eval.episodes={EVAL_EPISODES}",
+            f"hydra.run.dir={run_dir}"]
+    started = time.perf_counter()
+    subprocess.run(args, cwd=ROOT, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return next(r["eval/return_mean"] for r in reversed(records) if "eval/return_mean" in r), wall
+
+
+def run_sb3(config: str, seed: int, steps: int) -> tuple[float, float]:
+    """(mean evaluation return, wall seconds) of one SB3 run, in its own process."""
+    args = [sys.executable, __file__, "--sb3-job", config, str(seed), str(steps)]
+    started = time.perf_counter()
+    result = subprocess.run(args, check=True, capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    wall = time.perf_counter() - started
+    return float(result.stdout.strip().splitlines()[-1]), wall
+
+
+def sb3_job(config: str, seed: int, steps: int) -> None:
+    """Train SB3 PPO with the zoo's settings, evaluate like puffer does, print the mean return."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    _, env_id, kwargs, _, zoo = SUITE[config]
+    zoo = dict(zoo)
+    normalize, n_envs = zoo.pop("normalize", False), zoo.pop("n_envs")
+    for key in ("learning_rate", "clip_range"):
+        if isinstance(zoo.get(key), str):  # lin_X: linear decay to 0, as the zoo parses it
+            start = float(zoo[key].removeprefix("lin_"))
+            zoo[key] = lambda progress, start=start: progress * start
+    if "policy_kwargs" in zoo:
+        zoo["policy_kwargs"] = {**zoo["policy_kwargs"], "activation_fn": torch.nn.ReLU}
+    venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
+    if normalize:
+        venv = VecNormalize(venv, gamma=zoo.get("gamma", 0.99))
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", **zoo).learn(steps)
+    returns = []
+    for episode in range(EVAL_EPISODES):
+        env = gym.make(env_id, **kwargs)
+        obs, _ = env.reset(seed=seed + EVAL_SEED_OFFSET + episode)
+        total, done = 0.0, False
+        while not done:
+            if normalize:
+                obs = venv.normalize_obs(obs)  # frozen statistics
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    print(float(np.mean(returns)))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--sb3-job":
+        sb3_job(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="*", default=list(SUITE), help=f"from {list(SUITE)}")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="override every env's budget")
+    parser.add_argument("--reference", choices=["sb3", "none"], default="sb3")
+    parser.add_argument("--out", default=None, help="where the runs go (default: a temporary dir)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    out = Path(args.out or tempfile.mkdtemp(prefix="learn_suite-"))
+    rows = []
+    for config in args.envs:
+        name, _, _, budget, _ = SUITE[config]
+        steps = args.steps or budget
+        ours, theirs, our_wall, their_wall = [], [], 0.0, 0.0
+        for seed in args.seeds:
+            value, wall = run_puffer(config, seed, steps, out)
+            ours.append(value)
+            our_wall += wall
+            logging.info("puffer %s seed %d: %.1f in %.0f s", config, seed, value, wall)
+            if args.reference == "sb3":
+                value, wall = run_sb3(config, seed, steps)
+                theirs.append(value)
+                their_wall += wall
+                logging.info("sb3    %s seed %d: %.1f in %.0f s", config, seed, value, wall)
+        reference = lookup(name)
+        published = f"{reference.reference:.1f} +- {ZOO_STD[name]:.1f} ({reference.steps // 1000}k)"
+        verdict = "ok" if np.mean(ours) >= reference.reference - ZOO_STD[name] else "BELOW"
+        sb3 = f"{np.mean(theirs):.1f} +- {t_interval(theirs):.1f}" if theirs else "-"
+        ratio = f"{their_wall / our_wall:.2f}" if theirs else "-"
+        rows.append([name, f"{steps // 1000}k", len(ours), f"{np.mean(ours):.1f} +- {t_interval(ours):.1f}",
+                     sb3, published, verdict, f"{our_wall:.0f}", f"{their_wall:.0f}" if theirs else "-",
+                     ratio])
+    print_table(["env", "steps", "seeds", "puffer (t 95%)", "SB3 + zoo here (t 95%)",
+                 "zoo published", "verdict", "puffer wall s", "SB3 wall s", "SB3 / puffer"], rows)
+    print(f"runs in {out}")
+
+
+if __name__ == "__main__":
+    main()

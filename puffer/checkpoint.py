@@ -1,7 +1,8 @@
 """Checkpoints: written atomically, the last K kept, found again by `resume=<path>|latest`.
 
-What lives here: the file side (atomic writes, pruning, finding the latest) and the process-wide
-random states. What goes into a checkpoint is the trainer's `state_dict` (puffer.ppo).
+What lives here: the file side (atomic writes, pruning, finding and reading the latest, with a
+fallback past an unreadable one), the check that a checkpoint fits the run resuming from it, and
+the process-wide random states. What goes into a checkpoint is the trainer's `state_dict` (puffer.ppo).
 """
 
 from __future__ import annotations
@@ -138,3 +139,54 @@ def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+
+
+# What a checkpoint's tensors are shaped by: resuming with other values cannot work.
+SHAPING_KEYS = ("vec.num_envs", "train.num_steps")
+
+
+def check_resumable(path: Path, state: dict, cfg) -> None:
+    """Before any env starts: `path` is a training checkpoint, and the env, the policy and the
+    keys that shape its tensors are the ones it was trained with (each difference named)."""
+    if "optimizer" not in state:
+        raise CheckpointError(
+            errno.EINVAL, f"resume={cfg.resume!r}: {path} holds a trained policy only (model.pt: for puffer.load "
+            "and mode=eval); resume needs a training checkpoint: the run directory or its "
+            "checkpoints/epoch_*.pt")
+    saved = state.get("config")
+    if not saved:
+        return
+    from omegaconf import OmegaConf
+
+    from puffer.config import ConfigError
+
+    now = OmegaConf.to_container(cfg, resolve=True)
+    differences = [f"{key}: {a!r} in the checkpoint, {b!r} now"
+                   for key, a, b in config_differences(saved, now, ("env", "policy"), SHAPING_KEYS)]
+    if differences:
+        raise ConfigError(f"resume={cfg.resume!r}: {path} was trained with other settings: "
+                          + "; ".join(differences) + ". Pass the original run's values (its "
+                          "config.yaml) or start a new run without resume")
+
+
+def config_differences(saved: dict, now: dict, sections: tuple, keys: tuple) -> list[tuple]:
+    """(dotted key, saved value, current value) where they differ, over whole `sections` and
+    single `keys`."""
+    def flat(node, prefix):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from flat(value, f"{prefix}.{key}")
+        else:
+            yield prefix, node
+
+    def get(config, dotted):
+        for part in dotted.split("."):
+            config = config.get(part) if isinstance(config, dict) else None
+        return config
+
+    names = set(keys)
+    for section in sections:
+        names |= {key for key, _ in flat(saved.get(section), section)}
+        names |= {key for key, _ in flat(now.get(section), section)}
+    return [(key, get(saved, key), get(now, key)) for key in sorted(names)
+            if get(saved, key) != get(now, key)]

@@ -30,6 +30,7 @@ from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
 from puffer.models import ActionMasked, mask_leaf
 from puffer.profiler import Profiler
 from puffer.progress import ProgressReporter, env_name
+from puffer.signals import Signals, interrupt
 from puffer.trainer import Stopped, Trainer, seed_everything
 
 log = logging.getLogger(__name__)
@@ -128,46 +129,6 @@ def hydra_job_info() -> dict:
     return {"name": ",".join(overrides) or None, "tags": overrides, "group": group}
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-class Signals:
-    """What signals do while a trainer runs. SIGINT (Ctrl-C) and SIGTERM (SLURM preemption, GNU
-    timeout, sent to the whole process group: env workers ignore them and are closed by this
-    process): finish the current epoch, save a checkpoint, stop; a second one stops at once
-    (puffer.run.train_until_done saves what it can). SIGUSR1 (SLURM's warning before the time
-    limit, e.g. submitit's signal_delay_s): save a checkpoint after this epoch and go on."""
-
-    def __init__(self, trainer: Trainer):
-        self.trainer = trainer
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> Signals:
-        if threading.current_thread() is threading.main_thread():
-            for signum, handler in ((signal.SIGINT, self._stop), (signal.SIGTERM, self._stop),
-                                    (signal.SIGUSR1, self._save)):
-                self.previous[signum] = signal.signal(signum, handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self.previous.items():
-            # SIGTERM keeps interrupting (a Ray start-up may have put its own handler there)
-            signal.signal(signum, _interrupt if signum == signal.SIGTERM else handler)
-
-    def _stop(self, signum, frame) -> None:
-        name = signal.Signals(signum).name
-        if self.trainer.stop_requested:
-            raise KeyboardInterrupt(name)
-        self.trainer.stop_requested = name
-        log.warning("%s: stopping after epoch %d with a checkpoint (send it again to stop now)",
-                    name, self.trainer.epoch + 1)
-
-    def _save(self, signum, frame) -> None:
-        self.trainer.save_requested = True
-        log.info("SIGUSR1: a checkpoint will be saved after epoch %d", self.trainer.epoch + 1)
-
-
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
@@ -201,7 +162,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     validate(cfg)
     resume, resume_state = checkpoint.load(cfg.resume, map_location="cpu") if cfg.resume else (None, None)
     if resume is not None:
-        check_resumable(resume, resume_state, cfg)
+        checkpoint.check_resumable(resume, resume_state, cfg)
     run_dir = prepare_run_dir(cfg, Path(run_dir))
     if cfg.mode.name == "eval":
         return run_eval(cfg, run_dir)
@@ -210,7 +171,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed)
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGTERM, interrupt)
     profiling = cfg.mode.name == "profile"
     train_cfg = OmegaConf.to_object(cfg.train)
     if profiling:
@@ -258,53 +219,6 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         vecenv.close()
         if logger is not None:
             logger.close()
-
-
-# What a checkpoint's tensors are shaped by: resuming with other values cannot work.
-SHAPING_KEYS = ("vec.num_envs", "train.num_steps")
-
-
-def check_resumable(path: Path, state: dict, cfg: DictConfig) -> None:
-    """Before any env starts: `path` is a training checkpoint, and the env, the policy and the
-    keys that shape its tensors are the ones it was trained with (each difference named)."""
-    if "optimizer" not in state:
-        raise checkpoint.CheckpointError(
-            2, f"resume={cfg.resume!r}: {path} holds a trained policy only (model.pt: for puffer.load "
-            "and mode=eval); resume needs a training checkpoint: the run directory or its "
-            "checkpoints/epoch_*.pt")
-    saved = state.get("config")
-    if not saved:
-        return
-    now = OmegaConf.to_container(cfg, resolve=True)
-    differences = [f"{key}: {a!r} in the checkpoint, {b!r} now"
-                   for key, a, b in config_differences(saved, now, ("env", "policy"), SHAPING_KEYS)]
-    if differences:
-        raise ConfigError(f"resume={cfg.resume!r}: {path} was trained with other settings: "
-                          + "; ".join(differences) + ". Pass the original run's values (its "
-                          "config.yaml) or start a new run without resume")
-
-
-def config_differences(saved: dict, now: dict, sections: tuple, keys: tuple) -> list[tuple]:
-    """(dotted key, saved value, current value) where they differ, over whole `sections` and
-    single `keys`."""
-    def flat(node, prefix):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                yield from flat(value, f"{prefix}.{key}")
-        else:
-            yield prefix, node
-
-    def get(config, dotted):
-        for part in dotted.split("."):
-            config = config.get(part) if isinstance(config, dict) else None
-        return config
-
-    names = set(keys)
-    for section in sections:
-        names |= {key for key, _ in flat(saved.get(section), section)}
-        names |= {key for key, _ in flat(now.get(section), section)}
-    return [(key, get(saved, key), get(now, key)) for key in sorted(names)
-            if get(saved, key) != get(now, key)]
 
 
 def overridden(group: str) -> bool:

@@ -9,6 +9,7 @@ The trainer calls the reporter once per epoch; `close()` stops the dashboard.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 
@@ -47,14 +48,31 @@ def snapshot(trainer) -> dict:
     }
 
 
+def duration(seconds: float) -> str:
+    """ETA as 42s, 3:05 or 1:02:03 (h:mm:ss); '-' before there is a rate to go by."""
+    if not math.isfinite(seconds):
+        return "-"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}" if minutes else f"{secs}s"
+
+
+def number(value: float, digits: int) -> str:
+    """A metric, or '-' while there is none yet (no episode has ended)."""
+    return "-" if not math.isfinite(value) else f"{value:.{digits}f}"
+
+
 def render(name: str, s: dict) -> Table:
     table = Table(title=f"puffer | {name}", show_header=False, expand=False)
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("steps", f"{s['step']:,} / {s['total']:,}   ETA {s['eta']:,.0f}s")
+    table.add_row("steps", f"{s['step']:,} / {s['total']:,}   ETA {duration(s['eta'])}")
     table.add_row("SPS", f"{s['sps']:,.0f}")
     table.add_row("epoch", f"{s['epoch']} / {s['epochs']}")
-    table.add_row("episode", f"return {s['return']:.2f}   length {s['length']:.1f}")
+    table.add_row("episode", f"return {number(s['return'], 2)}   length {number(s['length'], 1)}")
     for section, pct in s["sections"].items():
         table.add_row(section, f"{'#' * round(pct / 2.5):<40} {pct:5.1f}%")
     for loss, value in s["losses"].items():
@@ -67,7 +85,7 @@ def render(name: str, s: dict) -> Table:
 def line(name: str, s: dict) -> str:
     sections = " ".join(f"{k} {v:.0f}%" for k, v in s["sections"].items())
     return (f"{name} | step {s['step']:,}/{s['total']:,} | epoch {s['epoch']}/{s['epochs']} | "
-            f"{s['sps']:,.0f} SPS | ETA {s['eta']:,.0f}s | return {s['return']:.1f} | "
+            f"{s['sps']:,.0f} SPS | ETA {duration(s['eta'])} | return {number(s['return'], 1)} | "
             f"policy_loss {s['losses']['policy_loss']:.3f} value_loss "
             f"{s['losses']['value_loss']:.3f} | {sections}" + (
                 f" | other processes use {s['others']:.0f}% of the CPUs"

@@ -212,6 +212,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
                  metrics.get("eval/return_mean", float("nan")),
                  metrics.get("eval/return_ci95", float("nan")), cfg.eval.episodes)
+        log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
         return metrics
     finally:
         if progress is not None:
@@ -228,6 +229,16 @@ def overridden(group: str) -> bool:
     if not HydraConfig.initialized():
         return False
     return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.")) for o in HydraConfig.get().overrides.task)
+
+
+def outputs(run_dir: Path) -> list[str]:
+    """What a run left in its directory, for the last line it prints."""
+    names = ["model.pt", "metrics.jsonl", "config.yaml", "eval.json", "profile.txt", "trace.json"]
+    found = [name for name in names if (run_dir / name).exists()]
+    for directory in ("checkpoints", "videos", "wandb"):
+        if (run_dir / directory).is_dir():
+            found.append(f"{directory}/ ({len(list((run_dir / directory).iterdir()))})")
+    return found
 
 
 def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
@@ -252,6 +263,7 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     log.info("%s: eval/return_mean %.2f +- %.2f (deterministic), %.2f (stochastic)", path,
              metrics["eval/return_mean"], metrics["eval/return_ci95"],
              metrics["eval/stochastic_return_mean"])
+    log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
     return metrics
 
 

@@ -187,3 +187,10 @@ def test_cli_errors_are_one_message_without_a_traceback(cli, override, message):
     assert result.returncode == 2, output
     assert message in output and "HYDRA_FULL_ERROR=1" in output
     assert "Traceback" not in output
+
+
+def test_help_says_what_puffer_is_and_how_to_run_it(cli):
+    output = cli("--help").stdout
+    assert output.startswith("puffer: config-driven reinforcement learning")
+    assert "powered by Hydra" not in output and "mode=eval checkpoint=" in output
+    assert "env/classic: acrobot, cartpole" in output  # the groups and their options

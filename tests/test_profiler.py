@@ -106,3 +106,10 @@ def test_the_breakdown_table_reaches_wandb(make_cfg, tmp_path):
     assert content["columns"] == ["section", "seconds", "percent"]
     assert [row[0] for row in content["data"]] == ["env", "forward", "copy", "learn", "misc"]
     assert sum(row[2] for row in content["data"]) == pytest.approx(100, abs=0.01)
+
+
+def test_eta_and_missing_returns_read_as_people_write_them():
+    from puffer.progress import duration, number
+
+    assert [duration(x) for x in (3.2, 185, 1613, 3723)] == ["3s", "3:05", "26:53", "1:02:03"]
+    assert duration(float("nan")) == "-" and number(float("nan"), 1) == "-" and number(2.345, 2) == "2.35"

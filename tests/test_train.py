@@ -36,7 +36,11 @@ def test_cli_run_leaves_config_metrics_checkpoint_and_eval(cli, tmp_path):
     state = torch.load(checkpoints[0], weights_only=False)
     assert state["global_step"] == 2048 and state["epoch"] == 8 and "optimizer" in state
     assert (run_dir / "model.pt").exists()
-    assert "SPS" in result.stderr + result.stdout  # progress lines
+    output = result.stderr + result.stdout
+    assert "SPS" in output  # progress lines
+    # the last line says where everything went; the log file is named after puffer
+    assert f"outputs in {run_dir}: model.pt, metrics.jsonl, config.yaml, checkpoints/ (1)" in output
+    assert "eval/return_mean" in (run_dir / "puffer.log").read_text()
 
 
 def key_of(item) -> str:

@@ -121,6 +121,8 @@ class GymnasiumEnvConfig:
     id: str = MISSING
     kwargs: dict[str, Any] = field(default_factory=dict)
     validate_steps: int = 1000
+    # Wrappers applied in order: dotted class paths, or {_target_: path, its kwargs...}.
+    wrappers: list[Any] = field(default_factory=list)
 
 
 @dataclass

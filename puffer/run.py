@@ -43,7 +43,8 @@ def make_env_creator(cfg: DictConfig, evaluation: bool = False):
     eval_kwargs = node.pop("eval_kwargs", None) or {}
     if evaluation:
         node.update(eval_kwargs)
-    return instantiate(node, _partial_=True, _convert_="all")
+    # not recursive: env.wrappers entries with a _target_ are built by the env maker, around the env
+    return instantiate(node, _partial_=True, _convert_="all", _recursive_=False)
 
 
 def make_vecenv(cfg: DictConfig, env_creator):

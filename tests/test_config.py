@@ -6,6 +6,7 @@ import re
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
@@ -194,3 +195,36 @@ def test_help_says_what_puffer_is_and_how_to_run_it(cli):
     assert output.startswith("puffer: config-driven reinforcement learning")
     assert "powered by Hydra" not in output and "mode=eval checkpoint=" in output
     assert "env/classic: acrobot, cartpole" in output  # the groups and their options
+
+
+def test_env_wrappers_from_the_command_line_wrap_in_order(make_cfg):
+    from puffer.run import make_env_creator
+
+    cfg = make_cfg("env=classic/gym", "env.id=CartPole-v1",
+                   "env.wrappers=[{_target_: gymnasium.wrappers.TimeLimit, max_episode_steps: 7},"
+                   "gymnasium.wrappers.RecordEpisodeStatistics]")
+    env = make_env_creator(cfg)()
+    try:
+        assert type(env.env).__name__ == "RecordEpisodeStatistics"
+        env.reset(seed=0)
+        lengths = []
+        for _ in range(20):
+            _, _, _, _, infos = env.step(np.zeros(1, np.int64))
+            lengths += [info["episode_length"] for info in infos if "episode_length" in info]
+        assert lengths and set(lengths) <= set(range(1, 8))  # cut at 7 steps by the TimeLimit
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match=r"env.wrappers\[0\]='no.such.Wrapper': cannot import it"):
+        make_env_creator(make_cfg("env=classic/gym", "env.id=CartPole-v1", "env.wrappers=[no.such.Wrapper]"))()
+
+
+def test_minigrid_and_toy_text_configs_build(make_cfg):
+    pytest.importorskip("minigrid")
+    from puffer.run import make_env_creator
+
+    for name, shape in (("minigrid/doorkey", (7, 7, 3)), ("toy_text/frozenlake", (1,)), ("toy_text/taxi", (1,))):
+        env = make_env_creator(make_cfg(f"env={name}"))()
+        try:
+            assert env.single_observation_space.shape == shape, name
+        finally:
+            env.close()

@@ -30,12 +30,31 @@ def describe(env_cfg) -> str:
 
 
 def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps: int = 1000,
-                   render_mode: str | None = None) -> GymnasiumPufferEnv:
+                   render_mode: str | None = None, wrappers: list | None = None) -> GymnasiumPufferEnv:
     try:
         env = gymnasium.make(id, render_mode=render_mode, **(kwargs or {}))
     except gymnasium.error.Error as exc:
         raise ConfigError(f"env.id={id!r}: gymnasium cannot make it ({exc})") from exc
+    for index, wrapper in enumerate(wrappers or []):
+        env = wrap(env, wrapper, f"env.wrappers[{index}]")
     return GymnasiumPufferEnv(env=env, validate_steps=validate_steps)
+
+
+def wrap(env, wrapper, key: str):
+    """`wrapper` around `env`: a dotted class path, or {_target_: path, **its kwargs}, e.g.
+    env.wrappers=[minigrid.wrappers.ImgObsWrapper] or
+    '+env.wrappers=[{_target_: gymnasium.wrappers.TimeLimit, max_episode_steps: 200}]'."""
+    from hydra.utils import get_class
+
+    spec = dict(wrapper) if isinstance(wrapper, dict) else {"_target_": wrapper}
+    target = spec.pop("_target_", None)
+    if not isinstance(target, str):
+        raise ConfigError(f"{key}={wrapper!r}: expected a dotted class path or a mapping with _target_")
+    try:
+        cls = get_class(target)
+    except Exception as exc:  # hydra wraps import errors of every kind
+        raise ConfigError(f"{key}={target!r}: cannot import it ({exc})") from None
+    return cls(env, **spec)
 
 
 def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -32,7 +33,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
     return ConfigError, CheckpointError, SpaceError, NonFiniteError, EnvError, VecConfigError
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+# Absolute, so that a console script and an installed wheel find the configs too (they travel
+# in the package; in a checkout puffer/conf links to the top-level conf/).
+CONF = str(Path(__file__).resolve().parent / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONF, config_name="config")
 def main(cfg: DictConfig) -> float:
     from puffer.run import run
 
@@ -50,9 +56,14 @@ def main(cfg: DictConfig) -> float:
     return float("nan")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `puffer` command (and `python -m puffer`): Ctrl-C or SIGTERM exit with status 130."""
     try:
         main()
     except KeyboardInterrupt:
         log.warning("interrupted")
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    cli()

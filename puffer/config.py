@@ -280,8 +280,16 @@ def half(n: int) -> int:
     return int(n) // 2
 
 
+def sweeps_dir() -> str:
+    """`${puffer_sweeps:}`: the sweep configs shipped in the package (puffer/sweeps)."""
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parent / "sweeps")
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("half", half, replace=True)
+    OmegaConf.register_new_resolver("puffer_sweeps", sweeps_dir, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for name, node in {

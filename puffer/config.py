@@ -216,9 +216,10 @@ class CNNPolicyConfig:
 
 @dataclass
 class LoggerConfig:
-    """`backend: none` writes only the local metrics file; `wandb` logs to Weights & Biases too."""
+    """The local metrics file is always written; `backends` adds wandb (Weights & Biases) and/or
+    tensorboard (event files in the run directory), e.g. logger.backends=[wandb,tensorboard]."""
 
-    backend: str = "none"
+    backends: list[str] = field(default_factory=list)
     project: str = "puffer"
     entity: str | None = None
     group: str | None = None
@@ -309,7 +310,7 @@ register()
 
 MODES = ("train", "profile", "eval", "benchmark")
 BACKENDS = ("serial", "multiprocessing", "ray", "auto")
-LOGGER_BACKENDS = ("none", "wandb")
+LOGGER_BACKENDS = ("wandb", "tensorboard")
 WANDB_MODES = (None, "offline", "online", "disabled")
 
 
@@ -366,8 +367,9 @@ def validate(cfg) -> None:
     _require(e.video_episodes >= 1, "eval.video_episodes", e.video_episodes, "an integer >= 1")
     _require(e.video_fps >= 1, "eval.video_fps", e.video_fps, "an integer >= 1")
     algorithm_class(t._target_)
-    _require(cfg.logger.backend in LOGGER_BACKENDS, "logger.backend", cfg.logger.backend,
-             f"one of {LOGGER_BACKENDS}")
+    for backend in cfg.logger.backends:
+        _require(backend in LOGGER_BACKENDS, "logger.backends", list(cfg.logger.backends),
+                 f"a list of {LOGGER_BACKENDS}")
     _require(cfg.logger.mode in WANDB_MODES, "logger.mode", cfg.logger.mode,
              "offline, online, disabled or null")
     if cfg.mode.name == "eval":

@@ -110,10 +110,15 @@ def make_policy(cfg: DictConfig, vecenv) -> torch.nn.Module:
 
 def make_logger(cfg: DictConfig, run_dir: Path, job: dict) -> Logger:
     loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
-    if cfg.logger.backend == "wandb":
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if "wandb" in cfg.logger.backends:
         from puffer.loggers.wandb import WandbLogger
 
-        loggers.append(WandbLogger(cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), **job))
+        loggers.append(WandbLogger(cfg.logger, run_dir, config, **job))
+    if "tensorboard" in cfg.logger.backends:
+        from puffer.loggers.tensorboard import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(run_dir, config))
     return MultiLogger(loggers)
 
 
@@ -204,7 +209,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         vecenv.close()
         # The trained policy is saved before evaluating it: an evaluation that fails or never
         # ends must not cost the run (`mode=eval checkpoint=<run dir>` can evaluate it again).
-        Agent.from_env(policy, vecenv.driver_env, trainer.full_config).save(run_dir / "model.pt")
+        logger.log_checkpoint(Agent.from_env(policy, vecenv.driver_env, trainer.full_config)
+                              .save(run_dir / "model.pt"))  # W&B: the final model as an artifact
         metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device,
                                         run_dir, logger))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}

@@ -23,6 +23,8 @@ import argparse
 import csv
 import logging
 import math
+import os
+import re
 from collections import defaultdict
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
@@ -104,11 +106,16 @@ def final_returns(members: list[Job]) -> np.ndarray:
     return returns[np.isfinite(returns)]
 
 
+def natural(text: str) -> list:
+    """A sort key that orders numbers inside strings as numbers: num_envs=8 before num_envs=16."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
+
+
 def groups_of(jobs: list[Job]) -> dict[tuple[str, str], list[Job]]:
     groups: dict[tuple[str, str], list[Job]] = defaultdict(list)
     for job in jobs:
         groups[(job.env, job.setting)].append(job)
-    return dict(sorted(groups.items()))
+    return dict(sorted(groups.items(), key=lambda item: (natural(item[0][0]), natural(item[0][1]))))
 
 
 def summarize(jobs: list[Job]) -> list[Row]:
@@ -218,10 +225,16 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
         fig.savefig(images[-1], dpi=100)
         plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.barh([f"{r.env}\n{r.setting}" for r in rows], [r.sps for r in rows])
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(rows)))
+    values = [r.sps for r in rows]
+    bars = ax.barh([f"{r.env} | {r.setting}" for r in rows], values)
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
+    ax.invert_yaxis()  # the table's order, top to bottom
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) > 10 * min(positive):
+        ax.set_xscale("log")  # ranges 10x apart: a linear axis hides the small ones
     ax.set_xlabel("steps per second")
-    ax.tick_params(axis="y", labelsize=6)
+    ax.tick_params(axis="y", labelsize=8)
     fig.tight_layout()
     images.append(out / "sps.png")
     fig.savefig(images[-1], dpi=100)
@@ -305,13 +318,31 @@ def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None)
     return {"differences": differences, "only": only, "markdown": path}
 
 
+def sweep_logging(sweep_dir: Path) -> dict:
+    """The W&B project, entity, mode and group the sweep's jobs logged to (from a job's saved
+    configs), so the report joins them."""
+    job = next(p.parent.parent for p in sorted(sweep_dir.glob("*/.hydra/config.yaml")))
+    logger = (yaml.safe_load((job / ".hydra" / "config.yaml").read_text()) or {}).get("logger", {})
+    hydra = (yaml.safe_load((job / ".hydra" / "hydra.yaml").read_text()) or {}).get("hydra", {}) \
+        if (job / ".hydra" / "hydra.yaml").exists() else {}
+    swept = (hydra.get("sweep") or {}).get("dir")
+    if not swept or "${" in swept:  # saved unresolved: the directory as given is the best guess
+        swept = os.path.relpath(sweep_dir) if not Path(sweep_dir).is_absolute() else str(sweep_dir)
+    return {"project": logger.get("project") or "puffer", "entity": logger.get("entity"),
+            "mode": logger.get("mode"),
+            # puffer.run.hydra_job_info's group for the jobs of this sweep
+            "group": logger.get("group") or Path(swept).as_posix().replace("/", "_")}
+
+
 def log_to_wandb(rows: list[Row], images: list[Path], sweep_dir: Path) -> None:
     import wandb
 
     from puffer.loggers.wandb import pick_mode
 
-    with wandb.init(project="puffer", job_type="report", name=f"report {sweep_dir.name}",
-                    dir=str(sweep_dir), mode=pick_mode(None)) as run:
+    where = sweep_logging(sweep_dir)
+    with wandb.init(project=where["project"], entity=where["entity"], group=where["group"],
+                    job_type="report", name=f"report {sweep_dir.name}", dir=str(sweep_dir),
+                    mode=pick_mode(where["mode"])) as run:
         run.log({"report/table": wandb.Table(columns=COLUMNS, data=[list(astuple(r)) for r in rows]),
                  **{f"report/{p.stem}": wandb.Image(str(p)) for p in images}})
 

@@ -104,3 +104,32 @@ def test_compare_flags_differences_whose_welch_interval_excludes_zero(tmp_path):
     assert by_env["Acrobot-v1"].verdict == "same"
     assert result["only"] == {"A": ["Gone-v0"], "B": []}
     assert "**B better**" in result["markdown"].read_text()
+
+
+def test_rows_sort_numbers_as_numbers_and_the_sps_plot_reads(tmp_path):
+    pytest.importorskip("matplotlib")
+    sweep = tmp_path / "grid"
+    job = 0
+    for num_envs in (16, 8, 32):
+        directory = sweep / str(job)
+        (directory / ".hydra").mkdir(parents=True)
+        (directory / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"vec.num_envs={num_envs}"]))
+        (directory / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"env": {"id": "CartPole-v1"}}))
+        (directory / "metrics.jsonl").write_text(json.dumps(
+            {"global_step": 1, "eval/return_mean": 1.0, "perf/sps": 100.0 * num_envs ** 2, "perf/wall_s": 1.0}) + "\n")
+        job += 1
+    out = report(sweep)
+    assert [row.setting for row in out["rows"]] == ["vec.num_envs=8", "vec.num_envs=16", "vec.num_envs=32"]
+    assert (sweep / "sps.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_report_joins_the_sweeps_wandb_project_and_group(tmp_path):
+    from puffer.report import sweep_logging
+
+    sweep = fake_multirun(tmp_path / "multirun" / "x", {"CartPole-v1": [1.0]})
+    config = yaml.safe_load((sweep / "0" / ".hydra" / "config.yaml").read_text())
+    config["logger"] = {"project": "my-project", "entity": None, "group": None, "mode": "offline"}
+    (sweep / "0" / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    (sweep / "0" / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"sweep": {"dir": "outputs/multirun/a/b"}}}))
+    assert sweep_logging(sweep) == {"project": "my-project", "entity": None, "mode": "offline",
+                                    "group": "outputs_multirun_a_b"}

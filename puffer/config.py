@@ -320,27 +320,78 @@ def _require(ok: bool, key: str, value: Any, expected: str) -> None:
 
 
 def validate(cfg) -> None:
-    """Reject impossible combinations before any env starts. `cfg` is the composed run config."""
-    t, v = cfg.train, cfg.vec
+    """Reject impossible values and combinations before any env starts, each with its key, its
+    value and what was expected. `cfg` is the composed run config."""
     _require(cfg.mode.name in MODES, "mode.name", cfg.mode.name, f"one of {MODES}")
     _require(cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0")
+    _require(cfg.mode.seconds > 0, "mode.seconds", cfg.mode.seconds, "seconds > 0")
+    _require(cfg.profile.timesteps > 0, "profile.timesteps", cfg.profile.timesteps, "an integer > 0")
+    _check_env_and_policy(cfg)
+    _check_vec(cfg.vec)
+    _check_train(cfg.train, cfg.vec)
+    e = cfg.eval
+    _require(e.episodes >= 0, "eval.episodes", e.episodes, "an integer >= 0 (0: no evaluation)")
+    _require(e.max_steps >= 1, "eval.max_steps", e.max_steps, "an integer >= 1")
+    _require(e.video_episodes >= 1, "eval.video_episodes", e.video_episodes, "an integer >= 1")
+    _require(e.video_fps >= 1, "eval.video_fps", e.video_fps, "an integer >= 1")
+    for backend in cfg.logger.backends:
+        _require(backend in LOGGER_BACKENDS, "logger.backends", list(cfg.logger.backends),
+                 f"a list of {LOGGER_BACKENDS}")
+    _require(cfg.logger.mode in WANDB_MODES, "logger.mode", cfg.logger.mode,
+             "offline, online, disabled or null")
+    _require(cfg.logger.init_timeout > 0, "logger.init_timeout", cfg.logger.init_timeout, "seconds > 0")
+    if cfg.mode.name == "eval":
+        _require(cfg.checkpoint is not None, "checkpoint", cfg.checkpoint,
+                 "a checkpoint file, a run directory or `latest` with mode=eval")
+        _require(e.episodes > 0, "eval.episodes", e.episodes, "> 0 with mode=eval")
+    resolve_device(cfg.device)
+
+
+def _check_env_and_policy(cfg) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg.env))
     if missing:
         key = missing[0] if missing[0].startswith("env.") else f"env.{missing[0]}"
         raise ConfigError(f"{key} is required by this env config and was not given "
                           "(e.g. python -m puffer env=classic/gym env.id=MountainCar-v0)")
+    if "validate_steps" in cfg.env:
+        _require(cfg.env.validate_steps >= 0, "env.validate_steps", cfg.env.validate_steps,
+                 "an integer >= 0 (0: no checks)")
+    p = cfg.policy
     for key in ("hidden_size", "num_layers"):
-        if key in cfg.policy:
-            _require(cfg.policy[key] >= 1, f"policy.{key}", cfg.policy[key], "an integer >= 1")
-    if "obs_clip" in cfg.policy:
-        _require(cfg.policy.obs_clip > 0, "policy.obs_clip", cfg.policy.obs_clip, "a number > 0")
-    _require(t.reward_clip > 0, "train.reward_clip", t.reward_clip, "a number > 0")
+        if key in p:
+            _require(p[key] >= 1, f"policy.{key}", p[key], "an integer >= 1")
+    if "obs_clip" in p:
+        _require(p.obs_clip > 0, "policy.obs_clip", p.obs_clip, "a number > 0")
+    if "activation" in p:
+        from puffer.models import ACTIVATIONS
+
+        _require(p.activation in ACTIVATIONS, "policy.activation", p.activation, f"one of {sorted(ACTIVATIONS)}")
+    if "log_std_init" in p:
+        _require(math.isfinite(p.log_std_init), "policy.log_std_init", p.log_std_init, "a finite number")
+    if "layout" in p:
+        _require(p.layout in ("auto", "chw", "hwc"), "policy.layout", p.layout, "auto, chw or hwc")
+    _require(p.get("rnn") in (None, "lstm"), "policy.rnn", p.get("rnn"), "lstm or null")
+
+
+def _check_vec(v) -> None:
     _require(v.backend in BACKENDS, "vec.backend", v.backend, f"one of {BACKENDS}")
     _require(v.num_envs >= 1, "vec.num_envs", v.num_envs, "an integer >= 1")
     _require(v.step_timeout is None or v.step_timeout > 0, "vec.step_timeout", v.step_timeout,
              "seconds > 0, or null to wait forever")
     _require(v.backend != "serial" or v.num_workers in (None, 1), "vec.num_workers", v.num_workers,
              "null with vec=serial (this process steps every env); workers need vec=multiprocessing or ray")
+    if v.num_workers is not None:
+        _require(v.num_workers >= 1 and v.num_envs % v.num_workers == 0, "vec.num_workers", v.num_workers,
+                 f"a divisor of vec.num_envs={v.num_envs} (each worker steps as many envs)")
+    if v.batch_size is not None:
+        _require(1 <= v.batch_size <= v.num_envs and v.num_envs % v.batch_size == 0, "vec.batch_size",
+                 v.batch_size, f"a divisor of vec.num_envs={v.num_envs}, or null (all of them)")
+    _require(v.start_method in (None, "fork", "spawn", "forkserver"), "vec.start_method", v.start_method,
+             "fork, spawn, forkserver or null")
+    _require(v.autotune_seconds > 0, "vec.autotune_seconds", v.autotune_seconds, "seconds > 0")
+
+
+def _check_train(t, v) -> None:
     _require(t.total_timesteps > 0, "train.total_timesteps", t.total_timesteps, "an integer > 0")
     _require(t.num_steps >= 1, "train.num_steps", t.num_steps, "an integer >= 1")
     _require(t.learning_rate > 0 and math.isfinite(t.learning_rate), "train.learning_rate",
@@ -348,8 +399,11 @@ def validate(cfg) -> None:
     _require(0 <= t.gamma <= 1, "train.gamma", t.gamma, "a number in [0, 1]")
     _require(0 <= t.gae_lambda <= 1, "train.gae_lambda", t.gae_lambda, "a number in [0, 1]")
     _require(t.update_epochs >= 1, "train.update_epochs", t.update_epochs, "an integer >= 1")
-    _require(t.clip_coef > 0, "train.clip_coef", t.clip_coef, "a number > 0")
-    _require(t.max_grad_norm > 0, "train.max_grad_norm", t.max_grad_norm, "a number > 0")
+    for key in ("clip_coef", "vf_clip_coef", "max_grad_norm", "adam_eps", "reward_clip"):
+        _require(t[key] > 0, f"train.{key}", t[key], "a number > 0")
+    for key in ("ent_coef", "vf_coef", "log_interval"):
+        _require(t[key] >= 0, f"train.{key}", t[key], "a number >= 0")
+    _require(t.target_kl is None or t.target_kl > 0, "train.target_kl", t.target_kl, "a number > 0 or null")
     _require(t.num_minibatches >= 1, "train.num_minibatches", t.num_minibatches, "an integer >= 1")
     batch = t.num_steps * v.num_envs
     _require(t.num_minibatches <= batch, "train.num_minibatches", t.num_minibatches,
@@ -361,22 +415,7 @@ def validate(cfg) -> None:
     for key in ("torch_threads", "rollout_threads"):
         _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0 (0 picks for the machine)")
     _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
-    e = cfg.eval
-    _require(e.episodes >= 0, "eval.episodes", e.episodes, "an integer >= 0 (0: no evaluation)")
-    _require(e.max_steps >= 1, "eval.max_steps", e.max_steps, "an integer >= 1")
-    _require(e.video_episodes >= 1, "eval.video_episodes", e.video_episodes, "an integer >= 1")
-    _require(e.video_fps >= 1, "eval.video_fps", e.video_fps, "an integer >= 1")
     algorithm_class(t._target_)
-    for backend in cfg.logger.backends:
-        _require(backend in LOGGER_BACKENDS, "logger.backends", list(cfg.logger.backends),
-                 f"a list of {LOGGER_BACKENDS}")
-    _require(cfg.logger.mode in WANDB_MODES, "logger.mode", cfg.logger.mode,
-             "offline, online, disabled or null")
-    if cfg.mode.name == "eval":
-        _require(cfg.checkpoint is not None, "checkpoint", cfg.checkpoint,
-                 "a checkpoint file, a run directory or `latest` with mode=eval")
-        _require(e.episodes > 0, "eval.episodes", e.episodes, "> 0 with mode=eval")
-    resolve_device(cfg.device)
 
 
 def algorithm_class(target: str) -> type:

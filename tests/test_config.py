@@ -228,3 +228,16 @@ def test_minigrid_and_toy_text_configs_build(make_cfg):
             assert env.single_observation_space.shape == shape, name
         finally:
             env.close()
+
+
+@pytest.mark.parametrize("overrides", [
+    "train.ent_coef=-1", "train.vf_coef=-1", "train.target_kl=-1", "train.adam_eps=0", "train.vf_clip_coef=-1",
+    "vec.batch_size=3", "vec.batch_size=0", "vec=multiprocessing vec.num_workers=3", "vec.start_method=bogus",
+    "policy.activation=bogus", "policy.rnn=gru", "profile.timesteps=0", "mode.seconds=0",
+    "env.validate_steps=-1", "train.log_interval=-1", "vec.autotune_seconds=0", "policy=cnn policy.layout=xy",
+    "logger.init_timeout=0", "policy.log_std_init=nan"])
+def test_values_that_were_accepted_or_failed_late_are_rejected_by_key(make_cfg, overrides):
+    last = overrides.split()[-1]
+    key, value = last.split("=")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}="):
+        validate(make_cfg(*overrides.split()))

@@ -137,3 +137,15 @@ def test_a_ray_run_resumes_bit_for_bit(local_ray, make_cfg, tmp_path):
     final = [torch.load(tmp_path / d / "checkpoints" / "epoch_000004.pt", weights_only=False)["policy"]
              for d in ("full", "resumed")]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+
+
+def test_a_ray_address_where_nothing_listens_is_an_error_within_seconds():
+    import time
+
+    from puffer.vector import VecConfigError
+    from puffer.vector.ray import Ray
+
+    started = time.monotonic()
+    with pytest.raises(VecConfigError, match=r"vec.ray_address='127.0.0.1:1': nothing answered at 127.0.0.1:1"):
+        Ray(cartpole, num_envs=2, address="127.0.0.1:1")
+    assert time.monotonic() - started < 10  # ray.init itself waited more than 400 s

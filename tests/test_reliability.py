@@ -351,3 +351,15 @@ def test_eval_uses_the_checkpoints_env_unless_told_otherwise(make_cfg, tmp_path)
     # no env= here: the default env (CartPole) would not even fit the Acrobot policy
     metrics = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'a'}", "eval.episodes=2"), tmp_path / "b")
     assert metrics["eval/length_mean"] > 100 and metrics["eval/return_mean"] < 0  # Acrobot's
+
+
+def test_a_full_disk_under_the_metrics_file_is_said_once_and_training_code_goes_on(small_disk, caplog):
+    from puffer.loggers.base import JsonlLogger
+
+    logger = JsonlLogger(small_disk / "metrics.jsonl")
+    for step in range(20_000):  # ~100 bytes a line: 2 MB on a 1 MB disk
+        logger.log({"train/loss": 0.123456789, "perf/sps": 12345.6789, "env/episode_return": 1.5}, step)
+    logger.close()
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "the disk is full" in errors[0].getMessage()
+    assert "metrics.jsonl" in errors[0].getMessage()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class Logger:
@@ -42,14 +46,27 @@ class JsonlLogger(Logger):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = self.path.open("a", encoding="utf-8")
+        self.failed = False
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        if self.failed:
+            return
         record = {"global_step": int(step), **{k: _plain(v) for k, v in metrics.items()}}
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+        except OSError as exc:  # a full disk: say so once; training (and its checkpoints) decide
+            self.failed = True
+            reason = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+            log.error("cannot write %s (%s); metrics from global step %d on are not in it",
+                      self.path, reason, step)
 
     def close(self) -> None:
-        self.file.close()
+        try:
+            self.file.close()
+        except OSError as exc:  # the buffered tail could not be written either; already said
+            if not self.failed:
+                log.error("cannot finish %s (%s)", self.path, exc.strerror or exc)
 
 
 class MultiLogger(Logger):

@@ -84,6 +84,21 @@ def _import_ray():
     return ray
 
 
+def check_reachable(address: str | None, timeout: float = 5.0) -> None:
+    """A host:port (or ray://host:port) address must answer a TCP connection within `timeout`:
+    ray.init on an address where nothing listens waits for minutes."""
+    if address is None or address == "auto" or ":" not in address:
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not port.isdigit():
+        raise VecConfigError(f"vec.ray_address={address!r}: expected host:port, ray://host:port or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise VecConfigError(f"vec.ray_address={address!r}: nothing answered at {host}:{port} within "
+                             f"{timeout:g} s ({exc.strerror or exc}); is the Ray head running?") from None
+
+
 class Ray(VecEnv):
     backend_name = "ray"
     steps_in_workers = True
@@ -93,6 +108,7 @@ class Ray(VecEnv):
                  zero_copy: bool = True, seed: int = 0, address: str | None = None,
                  overwork: bool = True, **unused):
         ray = _import_ray()
+        check_reachable(address)
         # A cluster has more cores than this machine: the local core count is no limit here.
         creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
                                                         num_workers, batch_size, overwork)

@@ -106,6 +106,7 @@ class ProgressReporter:
             if self.live is None:
                 self.live = Live(render(self.name, s), refresh_per_second=4, transient=False)
                 self.live.start()
+                self._log_above_dashboard()
             else:
                 self.live.update(render(self.name, s))
             return
@@ -115,7 +116,19 @@ class ProgressReporter:
         self.last = now
         log.info("%s", line(self.name, s))
 
+    def _log_above_dashboard(self) -> None:
+        """Point the terminal's log handlers at the dashboard's redirected stderr/stdout, so a
+        log record (a warning, where a checkpoint went) prints above the dashboard instead of
+        being drawn over: the handlers kept the streams they had before the dashboard began."""
+        self._streams: list[tuple[logging.StreamHandler, object]] = []
+        for handler in logging.getLogger().handlers:
+            if type(handler) is logging.StreamHandler and handler.stream in (sys.__stderr__, sys.__stdout__):
+                redirected = sys.stderr if handler.stream is sys.__stderr__ else sys.stdout
+                self._streams.append((handler, handler.setStream(redirected)))
+
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
             self.live = None
+            for handler, stream in getattr(self, "_streams", []):
+                handler.setStream(stream)

@@ -113,3 +113,27 @@ def test_eta_and_missing_returns_read_as_people_write_them():
 
     assert [duration(x) for x in (3.2, 185, 1613, 3723)] == ["3s", "3:05", "26:53", "1:02:03"]
     assert duration(float("nan")) == "-" and number(float("nan"), 1) == "-" and number(2.345, 2) == "2.35"
+
+
+def test_log_records_go_through_the_dashboards_console_while_it_is_up(make_cfg):
+    """A log record during the live dashboard (a warning, where a checkpoint went) must print
+    above it, through rich's redirected stream, not be drawn over by its next refresh."""
+    import logging
+    import sys
+
+    from puffer.progress import ProgressReporter
+
+    handler = logging.StreamHandler(sys.__stderr__)
+    logging.getLogger().addHandler(handler)
+    try:
+        reporter = ProgressReporter(make_cfg(), live=True)
+
+        class Trainer:
+            last_metrics, global_step, epoch, num_epochs, batch_size = {}, 0, 0, 4, 256
+
+        reporter(Trainer())
+        assert handler.stream is not sys.__stderr__ and handler.stream is sys.stderr  # rich's proxy
+        reporter.close()
+        assert handler.stream is sys.__stderr__
+    finally:
+        logging.getLogger().removeHandler(handler)

@@ -2,7 +2,7 @@
 Stable-Baselines3 with rl-baselines3-zoo's settings, trained side by side on this machine.
 
     python bench/learn_suite.py [--envs acrobot pendulum ...] [--seeds 0 1 2] [--steps N]
-                                [--reference sb3|none] [--out DIR]
+                                [--reference sb3|none] [--out DIR] [puffer overrides ...]
 
 Each (env, seed) is one `python -m puffer env=<config> seed=<seed>` run evaluated with the
 standard protocol (deterministic policy, 10 episodes on seeds apart from training's) and, with
@@ -78,12 +78,12 @@ ZOO_STD = {"CartPole-v1": 0.0, "Acrobot-v1": 18.201, "MountainCar-v0": 19.473, "
            "HalfCheetah-v5": 663.53, "Hopper-v5": 10.026}
 
 
-def run_puffer(config: str, seed: int, steps: int, out: Path) -> tuple[float, float]:
+def run_puffer(config: str, seed: int, steps: int, out: Path, overrides=()) -> tuple[float, float]:
     """(mean evaluation return, wall seconds) of one `python -m puffer` run."""
     run_dir = out / f"puffer-{config.replace('/', '-')}-{seed}"
     args = [sys.executable, "-m", "puffer", f"env={config}", f"seed={seed}",
             f"train.total_timesteps={steps}", f"eval.episodes={EVAL_EPISODES}",
-            f"hydra.run.dir={run_dir}"]
+            f"hydra.run.dir={run_dir}", *overrides]
     started = time.perf_counter()
     subprocess.run(args, cwd=ROOT, check=True, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="override every env's budget")
     parser.add_argument("--reference", choices=["sb3", "none"], default="sb3")
     parser.add_argument("--out", default=None, help="where the runs go (default: a temporary dir)")
+    parser.add_argument("overrides", nargs="*", help="extra overrides for puffer's runs (e.g. train.optimizer=muon)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = Path(args.out or tempfile.mkdtemp(prefix="learn_suite-"))
@@ -158,7 +159,7 @@ def main() -> None:
         steps = args.steps or budget
         ours, theirs, our_wall, their_wall = [], [], 0.0, 0.0
         for seed in args.seeds:
-            value, wall = run_puffer(config, seed, steps, out)
+            value, wall = run_puffer(config, seed, steps, out, args.overrides)
             ours.append(value)
             our_wall += wall
             logging.info("puffer %s seed %d: %.1f in %.0f s", config, seed, value, wall)

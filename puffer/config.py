@@ -30,6 +30,10 @@ class TrainConfig:
     total_timesteps: int = 500_000
     learning_rate: float = 2.5e-4
     anneal_lr: bool = True
+    # How anneal_lr decays the LR to 0: linear | cosine (puffer.optim.lr_scale).
+    lr_schedule: str = "linear"
+    # adam | muon (Muon for weight matrices, Adam for the rest; puffer.optim.make_optimizer).
+    optimizer: str = "adam"
     num_steps: int = 128
     num_minibatches: int = 4
     update_epochs: int = 4
@@ -415,6 +419,8 @@ def _check_train(t, v) -> None:
     for key in ("torch_threads", "rollout_threads"):
         _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0 (0 picks for the machine)")
     _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
+    _require(t.optimizer in ("adam", "muon"), "train.optimizer", t.optimizer, "adam or muon")
+    _require(t.lr_schedule in ("linear", "cosine"), "train.lr_schedule", t.lr_schedule, "linear or cosine")
     algorithm_class(t._target_)
 
 

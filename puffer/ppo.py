@@ -17,6 +17,7 @@ from torch import nn
 
 from puffer.config import TrainConfig
 from puffer.models import ActionDist
+from puffer.optim import lr_scale
 from puffer.rollout import float32_params
 from puffer.trainer import NonFiniteError, Trainer, seed_everything
 
@@ -58,9 +59,10 @@ class PPO(Trainer):
         shuffled whole row sequences (BPTT over the rollout) with invalid steps weighted 0."""
         c = self.config
         self.compute_advantages()
-        remaining = 1 - self.epoch / self.num_epochs  # linear schedules for the LR and the clip
+        remaining = 1 - self.epoch / self.num_epochs  # the clip's schedule is linear
         if c.anneal_lr:
-            self.optimizer.param_groups[0]["lr"] = c.learning_rate * remaining
+            for group in self.optimizer.param_groups:
+                group["lr"] = c.learning_rate * lr_scale(c.lr_schedule, self.epoch / self.num_epochs)
         self.clip_coef = c.clip_coef * remaining if c.anneal_clip else c.clip_coef
         r = self.rollout
         returns = self.advantages + r.values

@@ -28,6 +28,7 @@ from puffer.allocator import retain_freed_memory
 from puffer.config import TrainConfig
 from puffer.loggers.base import Logger
 from puffer.normalize import RewardScaler
+from puffer.optim import make_optimizer
 from puffer.profiler import Profiler
 from puffer.rollout import Collector, Rollout
 
@@ -75,9 +76,7 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.full_config = full_config
         self.progress = progress
-        # fused: one kernel for the whole update instead of a few per parameter tensor
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate,
-                                          eps=config.adam_eps, fused=True)
+        self.optimizer = make_optimizer(policy, config.optimizer, config.learning_rate, config.adam_eps)
         self.recurrent = getattr(policy, "is_recurrent", False)
         self.forward = torch.compile(self.policy) if config.compile and not self.recurrent else self.policy
         self.profiler = profiler or Profiler(self.device.type)

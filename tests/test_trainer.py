@@ -3,6 +3,7 @@ loop, the collector, logging and checkpoints without writing them again."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from puffer.loggers.base import read_metrics
@@ -37,3 +38,28 @@ def test_train_target_selects_an_algorithm_that_reuses_loop_collector_and_checkp
     state = torch.load(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1], weights_only=False)
     assert state["train_config"]["_target_"] == "test_trainer.MeanReturnRegression"
     assert state["global_step"] == 1024 and "eval/return_mean" in metrics
+
+
+def test_muon_takes_the_weight_matrices_and_resumes_bit_for_bit(make_cfg, tmp_path):
+    import torch
+
+    from puffer.run import run
+
+    small = ["train.optimizer=muon", "train.lr_schedule=cosine", "train.total_timesteps=1024",
+             "train.num_steps=32", "eval.episodes=0"]
+    run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    state = torch.load(tmp_path / "full" / "checkpoints" / "epoch_000002.pt", weights_only=False)
+    muon, adam = state["optimizer"]["optimizers"]
+    assert len(muon["param_groups"][0]["params"]) == 6  # 3 Linear weights each in actor and critic
+    assert len(adam["param_groups"][0]["params"]) > 0  # biases, log_std, heads' biases
+    run(make_cfg(*small, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"), tmp_path / "resumed")
+    final = [torch.load(tmp_path / d / "checkpoints" / "epoch_000004.pt", weights_only=False)["policy"]
+             for d in ("full", "resumed")]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+
+
+def test_cosine_schedule_decays_the_learning_rate_to_zero_along_a_half_cosine():
+    from puffer.optim import lr_scale
+
+    assert [lr_scale("cosine", p) for p in (0.0, 0.5, 1.0)] == pytest.approx([1.0, 0.5, 0.0])
+    assert lr_scale("cosine", 0.25) == pytest.approx(0.8535534)

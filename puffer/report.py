@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import re
+import warnings
 from collections import defaultdict
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
@@ -295,8 +296,12 @@ def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None)
         x, y = a[env], b[env]
         low = high = math.nan
         if len(x) >= 2 and len(y) >= 2 and (x.std() > 0 or y.std() > 0):
-            interval = scipy_stats.ttest_ind(y, x, equal_var=False).confidence_interval(0.95)
+            with warnings.catch_warnings():  # one side without spread (all 500s): exact, not lossy
+                warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+                interval = scipy_stats.ttest_ind(y, x, equal_var=False).confidence_interval(0.95)
             low, high = float(interval.low), float(interval.high)
+        elif len(x) >= 2 and len(y) >= 2:  # no spread on either side: the difference is exact
+            low = high = float(y.mean() - x.mean())
         verdict = "B better" if low > 0 else "B worse" if high < 0 else "same"
         if not math.isfinite(low):
             verdict = "too few seeds"
@@ -314,6 +319,7 @@ def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None)
         if envs:
             lines.append(f"\nOnly in {side}: {', '.join(envs)}")
     path = Path(out or b_dir) / "compare.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return {"differences": differences, "only": only, "markdown": path}
 

@@ -91,9 +91,11 @@ def test_report_normalizes_known_envs_and_aggregates_them(tmp_path):
 
 def test_compare_flags_differences_whose_welch_interval_excludes_zero(tmp_path):
     a = fake_multirun(tmp_path / "a", {"CartPole-v1": [100.0, 110.0, 120.0], "Acrobot-v1": [-90.0, -80.0, -85.0],
-                                       "Gone-v0": [1.0, 2.0]})
-    b = fake_multirun(tmp_path / "b", {"CartPole-v1": [400.0, 410.0, 420.0], "Acrobot-v1": [-88.0, -79.0, -86.0]})
-    result = compare(a, b)
+                                       "Gone-v0": [1.0, 2.0], "Solved-v0": [500.0, 500.0]})
+    b = fake_multirun(tmp_path / "b", {"CartPole-v1": [400.0, 410.0, 420.0], "Acrobot-v1": [-88.0, -79.0, -86.0],
+                                       "Solved-v0": [500.0, 500.0]})
+    result = compare(a, b, out=tmp_path / "new" / "dir")
+    assert result["markdown"] == tmp_path / "new" / "dir" / "compare.md"
     by_env = {d.env: d for d in result["differences"]}
     cartpole = by_env["CartPole-v1"]
     # Welch: difference 300, standard error sqrt(100/3 + 100/3), df 4, t(0.975, 4) = 2.776445
@@ -102,6 +104,7 @@ def test_compare_flags_differences_whose_welch_interval_excludes_zero(tmp_path):
     assert cartpole.low == pytest.approx(300 - half, abs=1e-3)
     assert cartpole.high == pytest.approx(300 + half, abs=1e-3)
     assert by_env["Acrobot-v1"].verdict == "same"
+    assert by_env["Solved-v0"].verdict == "same" and by_env["Solved-v0"].low == 0.0  # 500 = 500, no spread
     assert result["only"] == {"A": ["Gone-v0"], "B": []}
     assert "**B better**" in result["markdown"].read_text()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -12,8 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_wheel_installs_and_runs_the_default_job_outside_the_checkout(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheels), str(ROOT)], check=True, capture_output=True, text=True)
+    build_existed = (ROOT / "build").exists()
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(wheels), str(ROOT)], check=True, capture_output=True, text=True)
+    finally:  # setuptools builds in the tree; leave it as it was
+        if not build_existed:
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     (wheel,) = wheels.glob("puffer-*.whl")
     # the dependencies come from this interpreter's site-packages; puffer itself from the wheel
     venv.create(tmp_path / "venv", system_site_packages=True, with_pip=True)

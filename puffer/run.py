@@ -7,6 +7,7 @@ Hydra app is a thin layer over the same code path as a user script.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -157,9 +158,30 @@ def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
     run_dir = Path(run_dir or Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))
-    metrics = run(cfg, run_dir)
+    with progress_printed():
+        metrics = run(cfg, run_dir)
     model = run_dir / "model.pt"
     return Result(metrics, run_dir, load(model) if model.is_file() else None)
+
+
+@contextlib.contextmanager
+def progress_printed():
+    """Print puffer's progress and final lines as the CLI does, unless the program has set up
+    logging itself (then its handlers decide)."""
+    puffer_log = logging.getLogger("puffer")
+    if logging.getLogger().handlers or puffer_log.handlers:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    level = puffer_log.level
+    puffer_log.addHandler(handler)
+    puffer_log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        puffer_log.removeHandler(handler)
+        puffer_log.setLevel(level)
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:

@@ -109,3 +109,15 @@ def test_a_wrong_observation_shape_is_a_clear_error():
     agent = Agent.from_env(policy, env)
     with pytest.raises(ValueError, match=r"observation of shape \(3,\): expected \(4,\)"):
         agent.act(np.zeros(3, np.float32))
+
+
+def test_the_python_api_prints_progress_and_where_the_outputs_went(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import puffer; puffer.train('train.total_timesteps=512', 'eval.episodes=1', "
+            f"run_dir={str(tmp_path / 'run')!r})")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "SPS" in result.stderr and f"outputs in {tmp_path / 'run'}: model.pt" in result.stderr

@@ -16,11 +16,13 @@ Layout rules:
 from __future__ import annotations
 
 import logging
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 log = logging.getLogger(__name__)
 # Float leaves already warned about being outside their bounds (once per env and key path).
@@ -338,6 +340,36 @@ class HybridBox(spaces.Box):
 
     def __eq__(self, other) -> bool:
         return isinstance(other, HybridBox) and np.array_equal(self.nvec, other.nvec) and super().__eq__(other)
+
+
+class BatchedHybridBox(spaces.Box):
+    """`n` rows of a HybridBox (a vector env's action_space): sample() and contains() keep each
+    row's categorical entries whole numbers in range, as HybridBox does for one."""
+
+    def __init__(self, single: HybridBox, n: int, seed=None):
+        self.nvec = single.nvec
+        super().__init__(np.tile(single.low, (n, 1)), np.tile(single.high, (n, 1)), (n, single.shape[0]),
+                         np.float32, seed=seed)
+
+    def sample(self, mask=None, probability=None):
+        value = super().sample()
+        k = len(self.nvec)
+        value[:, :k] = self.np_random.integers(0, self.nvec, size=(value.shape[0], k)).astype(np.float32)
+        return value
+
+    def contains(self, x) -> bool:
+        x = np.asarray(x)
+        k = len(self.nvec)
+        return bool(super().contains(x) and np.all(x[:, :k] == np.round(x[:, :k])))
+
+
+def _batch_hybrid(space: HybridBox, n: int = 1) -> BatchedHybridBox:
+    return BatchedHybridBox(space, n, seed=deepcopy(space.np_random))
+
+
+# gymnasium's batch_space would make a plain Box of a HybridBox, whose samples have fractional
+# categorical entries: a vector env's action_space.sample() must give valid actions.
+batch_space.register(HybridBox)(_batch_hybrid)
 
 
 class ActionLayout:

@@ -419,3 +419,20 @@ def test_a_stopped_worker_is_an_error_not_a_hang(children):
             vec.step(np.zeros(4, int))
     time.sleep(0.5)
     assert not children()
+
+
+def test_a_vector_envs_random_actions_are_valid_for_dict_actions_mixing_discrete_and_box():
+    from test_agent import DictWorld
+
+    from puffer.spaces import BatchedHybridBox
+
+    vec = puffer.vector.make(lambda: GymnasiumPufferEnv(env=DictWorld()), num_envs=3, seed=0)
+    assert isinstance(vec.action_space, BatchedHybridBox)
+    vec.action_space.seed(0)
+    vec.reset(0)
+    for _ in range(50):  # DictWorld asserts each action is in its space; emulation checks too
+        actions = vec.action_space.sample()
+        assert vec.action_space.contains(actions)
+        vec.step(actions)
+    assert not vec.action_space.contains(np.full((3, 3), 0.5, np.float32))  # 0.5 is no category
+    vec.close()

@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-import puffer.config  # noqa: F401  (registers the schemas before Hydra composes)
+import puffer.config  # registers the schemas before Hydra composes; CONF_DIR
 
 log = logging.getLogger("puffer")
 
@@ -33,12 +32,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     return ConfigError, CheckpointError, SpaceError, NonFiniteError, EnvError, VecConfigError
 
 
-# Absolute, so that a console script and an installed wheel find the configs too (they travel
-# in the package; in a checkout puffer/conf links to the top-level conf/).
-CONF = str(Path(__file__).resolve().parent / "conf")
-
-
-@hydra.main(version_base="1.3", config_path=CONF, config_name="config")
+# Absolute, so that a console script and an installed wheel find the configs too.
+@hydra.main(version_base="1.3", config_path=str(puffer.config.CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float:
     from puffer.run import run
 

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+
+# The configs and sweeps travel inside the package (in a checkout, puffer/conf and puffer/sweeps
+# link to the top-level conf/ and sweeps/), so that the CLI, the console script, puffer.train and
+# an installed wheel all find them here.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"
 
 
 class ConfigError(ValueError):
@@ -287,9 +294,7 @@ def half(n: int) -> int:
 
 def sweeps_dir() -> str:
     """`${puffer_sweeps:}`: the sweep configs shipped in the package (puffer/sweeps)."""
-    from pathlib import Path
-
-    return str(Path(__file__).resolve().parent / "sweeps")
+    return str(SWEEPS_DIR)
 
 
 def register() -> None:

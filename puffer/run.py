@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 import puffer.vector
 from puffer import checkpoint, profiler
 from puffer.agent import Agent, load, model_path
-from puffer.config import ConfigError, algorithm_class, resolve_device, validate
+from puffer.config import CONF_DIR, ConfigError, algorithm_class, resolve_device, validate
 from puffer.evaluation import evaluate
 from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
 from puffer.models import ActionMasked, mask_leaf
@@ -136,9 +136,6 @@ def hydra_job_info() -> dict:
     return {"name": ",".join(overrides) or None, "tags": overrides, "group": group}
 
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
 @dataclass
 class Result:
     """What `train` returns: the final metrics (eval/* among them), where the run wrote its
@@ -155,7 +152,7 @@ def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
     the CLI's) and files; returns a `Result` with the agent loaded from its model.pt."""
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
     run_dir = Path(run_dir or Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))
     with progress_printed():

@@ -92,13 +92,10 @@ class Agent:
                 raise ValueError(f"observation of shape {array.shape}: expected {flat.shape} or "
                                  f"(batch, *{flat.shape})")
             return (array if batched else array[None]), batched
-        first = layout.leaves[0]
-        batched = np.ndim(get_path(obs, first.path)) == len(first.shape) + 1
-        size = len(get_path(obs, first.path)) if batched else 1
-        rows = np.zeros((size, *flat.shape), dtype=flat.dtype)
-        views = layout.leaf_views(rows)
-        for leaf, view in zip(layout.leaves, views, strict=True):
-            view[...] = np.asarray(get_path(obs, leaf.path)).reshape(view.shape)
+        first = np.asarray(get_path(obs, layout.leaves[0].path))
+        batched = first.ndim == len(layout.leaves[0].shape) + 1
+        rows = np.zeros((len(first) if batched else 1, *flat.shape), dtype=flat.dtype)
+        layout.write(layout.leaf_views(rows), obs)  # a single observation broadcasts into row 0
         return rows, batched
 
     # -- saving ------------------------------------------------------------------------------

@@ -44,6 +44,19 @@ def mlp(in_dim: int, hidden: int, layers: int, activation: str) -> nn.Sequential
 IMAGE_FEATURES = 256  # features of each image leaf of a structured observation
 
 
+def nature_convs(chw: tuple[int, ...]) -> tuple[nn.Sequential, int]:
+    """The Nature DQN's convolutions (32-8-4, 64-4-2, 64-3-1, ReLUs, flattened) for (C, H, W)
+    frames, and how many features they give."""
+    convs = nn.Sequential(
+        layer_init(nn.Conv2d(chw[0], 32, 8, stride=4)), nn.ReLU(),
+        layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+        layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+        nn.Flatten(),
+    )
+    with torch.no_grad():
+        return convs, convs(torch.zeros(1, *chw)).shape[1]
+
+
 def is_image(space: spaces.Space) -> bool:
     """A uint8 Box of frames large enough for the Nature CNN, channels first or last."""
     if not (isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8):
@@ -62,13 +75,8 @@ class ImageEncoder(nn.Module):
         super().__init__()
         self.hwc = pixel_layout(tuple(shape)) == "hwc"
         channels = shape[2] if self.hwc else shape[0]
-        self.convs = nn.Sequential(
-            layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
-        with torch.no_grad():
-            chw = (channels, shape[0], shape[1]) if self.hwc else tuple(shape)
-            flat = self.convs(torch.zeros(1, *chw)).shape[1]
+        chw = (channels, shape[0], shape[1]) if self.hwc else tuple(shape)
+        self.convs, flat = nature_convs(chw)
         self.linear = nn.Sequential(layer_init(nn.Linear(flat, IMAGE_FEATURES)), nn.ReLU())
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
@@ -279,11 +287,14 @@ class Default(nn.Module):
         return self.action_head(self.actor(features)), self.value_head(self.critic(features)).squeeze(-1)
 
 
+PIXEL_LAYOUTS = ("auto", "chw", "hwc")
+
+
 def pixel_layout(shape: tuple[int, ...], layout: str = "auto") -> str:
     """chw or hwc for a 3-d frame shape: `auto` takes a last axis of 1, 3 or 4 (gray, RGB, RGBA)
     after a larger first one as channels last (gymnasium's render and most envs' frames)."""
-    if layout not in ("auto", "chw", "hwc"):
-        raise ValueError(f"policy.layout={layout!r}: expected auto, chw or hwc")
+    if layout not in PIXEL_LAYOUTS:
+        raise ValueError(f"policy.layout={layout!r}: expected one of {PIXEL_LAYOUTS}")
     if layout != "auto":
         return layout
     return "hwc" if shape[-1] in (1, 3, 4) and shape[0] > 4 else "chw"
@@ -311,14 +322,7 @@ class NatureCNN(nn.Module):
                              "over the flattened pixels) for small grids")
         self.channels_last = channels_last
         self.scale = 1.0 / 255.0 if np.dtype(observation_space.dtype) == np.uint8 else 1.0
-        self.convs = nn.Sequential(
-            layer_init(nn.Conv2d(shape[0], 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():
-            flat = self.convs(torch.zeros(1, *shape)).shape[1]
+        self.convs, flat = nature_convs(shape)
         self.trunk = nn.Sequential(layer_init(nn.Linear(flat, hidden_size)), nn.ReLU())
         self.hidden_out = hidden_size
         self.action_head = ActionHead(action_space, hidden_size)

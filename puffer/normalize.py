@@ -58,24 +58,17 @@ class RunningMeanStd(nn.Module):
         return (self.var + EPSILON).sqrt()
 
 
-def float_columns(observation_space: spaces.Space) -> tuple[ObsLayout | None, list]:
-    """Where the float values of an emulated observation sit: (layout, [(byte_start, byte_stop,
-    dtype, element_start, element_stop)]) per float Box leaf; layout is None for a plain Box."""
-    native = getattr(observation_space, "native", None)
-    if native is None:
-        if not np.issubdtype(observation_space.dtype, np.floating):
-            return None, []
-        size = int(np.prod(observation_space.shape))
-        return None, [(0, size * np.dtype(observation_space.dtype).itemsize,
-                       np.dtype(observation_space.dtype).name, 0, size)]
-    layout = ObsLayout(native)
+def float_columns(observation_space: spaces.Space) -> list[tuple[int, int, str, int, int]]:
+    """Where the float values of an emulated observation sit: (byte_start, byte_stop, dtype,
+    element_start, element_stop) per float Box leaf of its row (a plain Box is one leaf)."""
+    layout = ObsLayout(getattr(observation_space, "native", observation_space))
     columns, element = [], 0
     for leaf in layout.leaves:
         if isinstance(leaf.space, spaces.Box) and np.issubdtype(leaf.dtype, np.floating):
             columns.append((leaf.offset, leaf.offset + leaf.nbytes, leaf.dtype.name, element,
                             element + leaf.size))
             element += leaf.size
-    return layout, columns
+    return columns
 
 
 class NormalizedPolicy(nn.Module):
@@ -88,7 +81,7 @@ class NormalizedPolicy(nn.Module):
 
     def __init__(self, policy: nn.Module, observation_space: spaces.Space, clip: float = 10.0):
         super().__init__()
-        layout, columns = float_columns(observation_space)
+        columns = float_columns(observation_space)
         if not columns:
             raise ConfigError(
                 f"policy.norm_obs=true: the observation space {observation_space} has no float Box "
@@ -99,9 +92,8 @@ class NormalizedPolicy(nn.Module):
         self.policy = policy
         self.clip = float(clip)
         self.is_recurrent = getattr(policy, "is_recurrent", False)
-        self.obs_dtype = np.dtype(observation_space.dtype)
         # A row that is all floats is standardized as one vector; a byte row leaf by leaf.
-        self.whole_row = np.issubdtype(self.obs_dtype, np.floating)
+        self.whole_row = np.issubdtype(observation_space.dtype, np.floating)
         self.columns = columns
         self.obs_rms = RunningMeanStd((columns[-1][4],))
 

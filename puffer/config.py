@@ -378,7 +378,9 @@ def _check_env_and_policy(cfg) -> None:
     if "log_std_init" in p:
         _require(math.isfinite(p.log_std_init), "policy.log_std_init", p.log_std_init, "a finite number")
     if "layout" in p:
-        _require(p.layout in ("auto", "chw", "hwc"), "policy.layout", p.layout, "auto, chw or hwc")
+        from puffer.models import PIXEL_LAYOUTS
+
+        _require(p.layout in PIXEL_LAYOUTS, "policy.layout", p.layout, f"one of {PIXEL_LAYOUTS}")
     _require(p.get("rnn") in (None, "lstm"), "policy.rnn", p.get("rnn"), "lstm or null")
 
 
@@ -424,8 +426,10 @@ def _check_train(t, v) -> None:
     for key in ("torch_threads", "rollout_threads"):
         _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0 (0 picks for the machine)")
     _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
-    _require(t.optimizer in ("adam", "muon"), "train.optimizer", t.optimizer, "adam or muon")
-    _require(t.lr_schedule in ("linear", "cosine"), "train.lr_schedule", t.lr_schedule, "linear or cosine")
+    from puffer.optim import OPTIMIZERS, SCHEDULES
+
+    _require(t.optimizer in OPTIMIZERS, "train.optimizer", t.optimizer, f"one of {OPTIMIZERS}")
+    _require(t.lr_schedule in SCHEDULES, "train.lr_schedule", t.lr_schedule, f"one of {SCHEDULES}")
     algorithm_class(t._target_)
 
 

@@ -53,7 +53,7 @@ def make_optimizer(policy: nn.Module, name: str, lr: float, eps: float) -> torch
         return torch.optim.Adam(policy.parameters(), lr=lr, eps=eps, fused=True)
     if name != "muon":
         raise ConfigError(f"train.optimizer={name!r}: expected one of {OPTIMIZERS}")
-    matrices = [p for m in policy.modules() if isinstance(m, nn.Linear) for p in [m.weight]]
+    matrices = [m.weight for m in policy.modules() if isinstance(m, nn.Linear)]
     chosen = {id(p) for p in matrices}
     rest = [p for p in policy.parameters() if id(p) not in chosen]
     muon = torch.optim.Muon(matrices, lr=lr, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")

@@ -111,9 +111,7 @@ def _execute(command: int, group: EnvGroup, actions, seeds, step_seconds, worker
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a process of another user took the number: ours is gone
+    except (ProcessLookupError, PermissionError):  # gone, or its number taken by another user's
         return False
     return True
 

@@ -97,6 +97,12 @@ class EvalConfig:
     video: bool = False
     video_episodes: int = 1
     video_fps: int = 30
+    # During training, every `video_interval` epochs (0: never): the first `video_episodes`
+    # deterministic episodes of the current policy as <run dir>/videos/epoch_<N>_<k>.mp4.
+    video_interval: int = 0
+    # Show the deterministic evaluation episodes live in a window (render_mode='human'); needs
+    # a display. mode=eval checkpoint=<run> eval.watch=true is rl-zoo's `enjoy`.
+    watch: bool = False
 
 
 @dataclass
@@ -297,9 +303,27 @@ def sweeps_dir() -> str:
     return str(SWEEPS_DIR)
 
 
+def help_groups() -> str:
+    """`${puffer_help_groups:}`: the options of each config group a user picks from, for --help.
+    Hydra's own list also shows the typed schemas and the bases the env files build on (the
+    env/*/default.yaml files), which are not choices."""
+    lines = []
+    for group in sorted(p for p in CONF_DIR.rglob("*") if p.is_dir() and p.name != "hydra"):
+        options = sorted(f.stem for f in group.glob("*.yaml")
+                         if not (f.stem == "default" and group.parent.name == "env"))
+        if options:
+            lines.append(f"  {group.relative_to(CONF_DIR).as_posix()}: {', '.join(options)}")
+    for group in sorted(p for p in SWEEPS_DIR.iterdir() if p.is_dir()):
+        options = sorted(f.stem for f in group.glob("*.yaml"))
+        if options:
+            lines.append(f"  +{group.name}: {', '.join(options)}   (with -m)")
+    return "\n".join(lines)
+
+
 def register() -> None:
     OmegaConf.register_new_resolver("half", half, replace=True)
     OmegaConf.register_new_resolver("puffer_sweeps", sweeps_dir, replace=True)
+    OmegaConf.register_new_resolver("puffer_help_groups", help_groups, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for name, node in {
@@ -343,6 +367,13 @@ def validate(cfg) -> None:
     _require(e.max_steps >= 1, "eval.max_steps", e.max_steps, "an integer >= 1")
     _require(e.video_episodes >= 1, "eval.video_episodes", e.video_episodes, "an integer >= 1")
     _require(e.video_fps >= 1, "eval.video_fps", e.video_fps, "an integer >= 1")
+    _require(e.video_interval >= 0, "eval.video_interval", e.video_interval,
+             "an integer >= 0 (epochs between training videos; 0: none)")
+    if e.watch:
+        _require(has_display(), "eval.watch", e.watch,
+                 "a display to show the episodes in (DISPLAY or WAYLAND_DISPLAY is not set); "
+                 "record them instead with eval.video=true")
+        _require(e.episodes > 0, "eval.episodes", e.episodes, "> 0 with eval.watch=true")
     for backend in cfg.logger.backends:
         _require(backend in LOGGER_BACKENDS, "logger.backends", list(cfg.logger.backends),
                  f"a list of {LOGGER_BACKENDS}")
@@ -354,6 +385,14 @@ def validate(cfg) -> None:
                  "a checkpoint file, a run directory or `latest` with mode=eval")
         _require(e.episodes > 0, "eval.episodes", e.episodes, "> 0 with mode=eval")
     resolve_device(cfg.device)
+
+
+def has_display() -> bool:
+    """Whether a window can open: always on macOS and Windows, on Linux with an X or Wayland display."""
+    import os
+    import sys
+
+    return sys.platform != "linux" or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def _check_env_and_policy(cfg) -> None:

@@ -214,7 +214,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=cfg.seed, logger=logger,
                             run_dir=None if profiling else run_dir, progress=progress,
                             full_config=OmegaConf.to_container(cfg, resolve=True),
-                            profiler=Profiler(device, sync=sync))
+                            profiler=Profiler(device, sync=sync),
+                            epoch_hooks=[training_videos(cfg, make_env_creator(cfg, evaluation=True), device,
+                                                         run_dir, logger)]
+                            if cfg.eval.video_interval and not profiling else [])
         if resume is not None:
             trainer.load_state_dict(resume_state)
             log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,
@@ -240,6 +243,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                  metrics.get("eval/return_ci95", float("nan")), cfg.eval.episodes)
         log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
         return metrics
+    except KeyboardInterrupt:
+        log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
+        raise
     finally:
         if progress is not None:
             progress.close()
@@ -370,7 +376,9 @@ def final_evaluation(cfg: DictConfig, policy, env_creator, device: str,
     for deterministic, prefix in ((True, "eval/"), (False, "eval/stochastic_")):
         recorders: list = []
         creator, factory = env_creator, None
-        if cfg.eval.video and deterministic and run_dir is not None:
+        if cfg.eval.watch and deterministic:  # the env draws its own window as it steps
+            creator = rendering(env_creator, "human", key="eval.watch")
+        elif cfg.eval.video and deterministic and run_dir is not None:
             creator, factory = rendering(env_creator), recorder_factory(cfg, run_dir, recorders)
         result = evaluate(policy, creator, cfg.eval.episodes, cfg.seed, device,
                           deterministic=deterministic, max_episode_steps=cfg.eval.max_steps,
@@ -382,24 +390,45 @@ def final_evaluation(cfg: DictConfig, policy, env_creator, device: str,
     return metrics
 
 
-def rendering(env_creator):
-    """The env creator with render_mode='rgb_array', or a clear error if the env has none."""
+def rendering(env_creator, render_mode: str = "rgb_array", key: str = "eval.video"):
+    """The env creator with this render_mode, or a clear error if the env takes none."""
     import inspect
 
     target = getattr(env_creator, "func", env_creator)
     if "render_mode" not in inspect.signature(target).parameters and not any(
             p.kind == p.VAR_KEYWORD for p in inspect.signature(target).parameters.values()):
-        raise ConfigError(f"eval.video=true: {getattr(target, '__qualname__', target)} takes no "
+        raise ConfigError(f"{key}=true: {getattr(target, '__qualname__', target)} takes no "
                           "render_mode, so its env cannot be rendered; expected a gymnasium, Atari "
                           "or PettingZoo env")
-    return functools.partial(env_creator, render_mode="rgb_array")
+    return functools.partial(env_creator, render_mode=render_mode)
 
 
-def recorder_factory(cfg: DictConfig, run_dir: Path, recorders: list):
+def recorder_factory(cfg: DictConfig, run_dir: Path, recorders: list, prefix: str = "eval"):
     from puffer.video import EpisodeRecorder
 
     def make(env):
-        recorders.append(EpisodeRecorder(env, run_dir / "videos", cfg.eval.video_episodes, cfg.eval.video_fps))
+        recorders.append(EpisodeRecorder(env, run_dir / "videos", cfg.eval.video_episodes,
+                                         cfg.eval.video_fps, prefix=prefix))
         return recorders[-1]
 
     return make
+
+
+def training_videos(cfg: DictConfig, env_creator, device: str, run_dir: Path, logger: Logger):
+    """The epoch hook of eval.video_interval: every K epochs, the first eval.video_episodes
+    deterministic episodes of the current policy (on evaluation seeds, in the main process) as
+    videos/epoch_<N>_<k>.mp4, logged at the current step. Deterministic acting draws no random
+    numbers, so a run with videos trains exactly as one without."""
+    creator = rendering(env_creator, key="eval.video_interval")
+
+    def record(trainer) -> None:
+        if trainer.epoch % cfg.eval.video_interval:
+            return
+        recorders: list = []
+        evaluate(trainer.policy, creator, cfg.eval.video_episodes, cfg.seed, device, deterministic=True,
+                 num_envs=1, max_episode_steps=cfg.eval.max_steps,
+                 recorder_factory=recorder_factory(cfg, run_dir, recorders, prefix=f"epoch_{trainer.epoch:06d}"))
+        for path in recorders[0].written:
+            logger.log_video(f"train/video_{path.stem.rsplit('_', 1)[-1]}", path, step=trainer.global_step)
+
+    return record

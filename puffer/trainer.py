@@ -64,7 +64,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, vecenv, policy: nn.Module, device: str = "cpu",
                  seed: int = 0, logger: Logger | None = None, run_dir: str | Path | None = None,
-                 full_config: dict | None = None, progress=None, profiler: Profiler | None = None):
+                 full_config: dict | None = None, progress=None, profiler: Profiler | None = None,
+                 epoch_hooks=()):
         self.config = config
         self.vecenv = vecenv
         if config.retain_memory:
@@ -76,6 +77,9 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.full_config = full_config
         self.progress = progress
+        # Called with the trainer after each epoch is logged, before its checkpoint (e.g. the
+        # training videos of eval.video_interval).
+        self.epoch_hooks = list(epoch_hooks)
         self.optimizer = make_optimizer(policy, config.optimizer, config.learning_rate, config.adam_eps)
         self.recurrent = getattr(policy, "is_recurrent", False)
         self.forward = torch.compile(self.policy) if config.compile and not self.recurrent else self.policy
@@ -185,6 +189,8 @@ class Trainer:
             self.logger.log(metrics, self.global_step)
             if self.progress is not None:
                 self.progress(self)
+            for hook in self.epoch_hooks:
+                hook(self)
             saved = None
             if c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0:
                 saved = self.save_checkpoint()

@@ -137,3 +137,52 @@ def test_log_records_go_through_the_dashboards_console_while_it_is_up(make_cfg):
         assert handler.stream is sys.__stderr__
     finally:
         logging.getLogger().removeHandler(handler)
+
+
+def test_the_dashboard_in_a_terminal_shows_where_the_checkpoint_went_after_ctrl_c(tmp_path):
+    """The real CLI in a pseudo-terminal (so stdout is a tty and the live dashboard is up):
+    after Ctrl-C, the lines saying where the checkpoint and the run went are on the terminal,
+    not only in the log file."""
+    import os
+    import pty
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from conftest import ROOT
+
+    primary, secondary = pty.openpty()
+    args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "train.total_timesteps=10000000"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdin=secondary, stdout=secondary, stderr=secondary,
+                            env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(secondary)
+    chunks: list[bytes] = []
+
+    def read_terminal():
+        while True:
+            try:
+                data = os.read(primary, 4096)
+            except OSError:  # EIO: every writer closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline, b"".join(chunks).decode(errors="replace")
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    reader.join(timeout=10)
+    os.close(primary)
+    screen = b"".join(chunks).decode(errors="replace")
+    assert "puffer | CartPole-v1" in screen and "ETA" in screen  # the live dashboard was drawn
+    saved = list((tmp_path / "checkpoints").glob("epoch_*.pt"))
+    assert len(saved) == 1 and f"checkpoint saved to {saved[0]}" in screen.replace("\r\n", "")
+    assert f"outputs in {tmp_path}" in screen.replace("\r\n", "")

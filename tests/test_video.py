@@ -42,3 +42,66 @@ def test_an_env_that_cannot_render_is_a_clear_error(make_cfg, tmp_path):
     with pytest.raises(ConfigError, match="eval.video=true: .* takes no render_mode"):
         run(make_cfg("env=ocean/cartpole", "train.total_timesteps=8192", "eval.episodes=1",
                      "eval.video=true"), tmp_path)
+
+
+def params(path):
+    import torch
+
+    return torch.load(path, weights_only=False)["policy"]
+
+
+def test_training_videos_every_k_epochs_change_nothing_in_training_and_reach_wandb(make_cfg, tmp_path,
+                                                                                  monkeypatch):
+    import json
+
+    import torch
+    from wandb_records import finished_run_records
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    small = ["train.total_timesteps=1024", "train.num_steps=32", "eval.episodes=0"]  # 4 epochs of 8 x 32
+    run(make_cfg(*small), tmp_path / "plain")
+    run(make_cfg(*small, "eval.video_interval=2", "logger=wandb"), tmp_path / "videos")
+    written = sorted(p.name for p in (tmp_path / "videos" / "videos").glob("*.mp4"))
+    assert written == ["epoch_000002_000.mp4", "epoch_000004_000.mp4"]
+    assert all(len(frames(tmp_path / "videos" / "videos" / name)) >= 2 for name in written)
+    # recording the current policy draws no random numbers: the training is the same bit for bit
+    plain, recorded = (params(tmp_path / d / "checkpoints" / "epoch_000004.pt") for d in ("plain", "videos"))
+    assert all(torch.equal(plain[k], recorded[k]) for k in plain)
+    logged = []
+    for record in finished_run_records(tmp_path / "videos"):
+        if record.HasField("history"):
+            items = {(item.key or item.nested_key[0]): item for item in record.history.item}
+            if "train/video_000" in items:  # a video record: nested keys (_type, path, ...)
+                logged.append(json.loads(items["global_step"].value_json))
+    assert logged == [512, 1024]  # at the step of the epoch it shows
+
+
+def test_watching_without_a_display_is_a_clear_error_before_any_env_starts(make_cfg, tmp_path, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    with pytest.raises(ConfigError, match="eval.watch=True: expected a display .* eval.video=true"):
+        run(make_cfg("eval.watch=true", "env.id=NoSuchEnv-v0"), tmp_path)
+
+
+RENDER_MODES: list = []  # the render_mode each puffer_test/Watched-v0 env was made with
+
+
+def watched(render_mode=None):
+    import gymnasium as gym
+
+    RENDER_MODES.append(render_mode)
+    return gym.make("CartPole-v1")  # no window opened here: the test machine has no display
+
+
+def test_watching_makes_the_deterministic_episodes_render_in_human_mode(make_cfg, tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    gym.register(id="puffer_test/Watched-v0", entry_point=watched)
+    monkeypatch.setenv("DISPLAY", ":0")
+    RENDER_MODES.clear()
+    run(make_cfg("env=classic/gym", "env.id=puffer_test/Watched-v0", "train.total_timesteps=512",
+                 "eval.episodes=2", "eval.watch=true"), tmp_path)
+    # one human-mode env per deterministic eval slot (2 episodes: 2 envs); training (8 envs, a
+    # probe) and the stochastic evaluation make theirs without rendering
+    assert RENDER_MODES.count("human") == 2 and set(RENDER_MODES) == {None, "human"}

@@ -24,8 +24,8 @@ class Logger:
     def log_table(self, name: str, columns: list[str], rows: list) -> None:
         """A small table (e.g. the profiler breakdown), logged once."""
 
-    def log_video(self, name: str, path: Path) -> None:
-        """A video file (e.g. an evaluation episode), logged once."""
+    def log_video(self, name: str, path: Path, step: int | None = None) -> None:
+        """A video file (an evaluation episode), at `step` (None: the latest logged step)."""
 
     def close(self) -> None:
         pass
@@ -85,9 +85,9 @@ class MultiLogger(Logger):
         for logger in self.loggers:
             logger.log_table(name, columns, rows)
 
-    def log_video(self, name: str, path: Path) -> None:
+    def log_video(self, name: str, path: Path, step: int | None = None) -> None:
         for logger in self.loggers:
-            logger.log_video(name, path)
+            logger.log_video(name, path, step)
 
     def close(self) -> None:
         for logger in self.loggers:

@@ -34,8 +34,8 @@ class TensorBoardLogger(Logger):
         lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
         self.writer.add_text(name, "\n".join(lines), 0)
 
-    def log_video(self, name: str, path: Path) -> None:
-        self.writer.add_text(name, f"video: {path}", 0)
+    def log_video(self, name: str, path: Path, step: int | None = None) -> None:
+        self.writer.add_text(name, f"video: {path}", step or 0)
 
     def close(self) -> None:
         self.writer.close()

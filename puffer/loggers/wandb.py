@@ -95,13 +95,16 @@ class WandbLogger(Logger):
         self.run.log({name: data, f"{name}_chart": wandb.plot.bar(data, columns[0], columns[1],
                                                                    title=name)})
 
-    def log_video(self, name: str, path: Path) -> None:
-        self._guard("video", self._log_video, name, path)
+    def log_video(self, name: str, path: Path, step: int | None = None) -> None:
+        self._guard("video", self._log_video, name, path, step)
 
-    def _log_video(self, name: str, path: Path) -> None:
+    def _log_video(self, name: str, path: Path, step: int | None) -> None:
         import wandb
 
-        self.run.log({name: wandb.Video(str(path), format="mp4")})
+        record = {name: wandb.Video(str(path), format="mp4")}
+        if step is not None:  # on the same x axis as the metrics
+            record["global_step"] = step
+        self.run.log(record)
 
     def close(self) -> None:
         self.failed = False  # finish even after a failure, so the next run starts clean

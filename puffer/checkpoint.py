@@ -169,6 +169,45 @@ def check_resumable(path: Path, state: dict, cfg) -> None:
                           "config.yaml) or start a new run without resume")
 
 
+# What a resumed run takes from its checkpoint's config unless the command line sets it: the
+# run itself. The rest (mode, logger, eval, device, profile, ...) is how this invocation runs.
+RUN_SECTIONS = ("env", "vec", "policy", "train", "seed")
+
+
+def resumed_config(cfg, state: dict, overrides: list[str] | None):
+    """`cfg` with the checkpoint's env, vec, policy, train and seed, except the keys (or groups)
+    that `overrides` (this command line) set: `resume=<run>` alone continues that run as it was
+    configured. With `overrides` None (a config built in Python), `cfg` is taken as it is."""
+    saved = state.get("config")
+    if not saved or overrides is None:
+        return cfg
+    from omegaconf import OmegaConf
+
+    from puffer.config import ConfigError
+
+    merged = cfg.copy()
+    for section in RUN_SECTIONS:
+        if section in saved:
+            try:
+                # env and policy are replaced whole (their keys depend on the kind of env or
+                # model: an Atari checkpoint has no env.id); vec and train take the saved values
+                # key by key into their schemas
+                merged[section] = (OmegaConf.merge(merged[section], saved[section])
+                                   if section in ("vec", "train") else saved[section])
+            except Exception as exc:  # omegaconf's validation errors: a key this version lacks
+                raise ConfigError(f"resume={cfg.resume!r}: the checkpoint's {section} config does not fit "
+                                  f"this version of puffer ({exc}); pass the settings on the command line "
+                                  "or start a new run") from None
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
+        if key.split("/")[0].split(".")[0] not in RUN_SECTIONS:
+            continue
+        # a group choice (env=atari/breakout) sets its whole section
+        key = key.split("/")[0]
+        OmegaConf.update(merged, key, OmegaConf.select(cfg, key), merge=False, force_add=True)
+    return merged
+
+
 def config_differences(saved: dict, now: dict, sections: tuple, keys: tuple) -> list[tuple]:
     """(dotted key, saved value, current value) where they differ, over whole `sections` and
     single `keys`."""

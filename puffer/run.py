@@ -156,7 +156,7 @@ def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
         cfg = compose(config_name="config", overrides=list(overrides))
     run_dir = Path(run_dir or Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))
     with progress_printed():
-        metrics = run(cfg, run_dir)
+        metrics = run(cfg, run_dir, overrides=list(overrides))
     model = run_dir / "model.pt"
     return Result(metrics, run_dir, load(model) if model.is_file() else None)
 
@@ -181,12 +181,16 @@ def progress_printed():
         puffer_log.setLevel(level)
 
 
-def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, float]:
     """Train (and evaluate) as `cfg` says; returns the final metrics, `eval/return_mean` among them.
-    mode=profile trains briefly and reports where the time went instead of evaluating."""
+    mode=profile trains briefly and reports where the time went instead of evaluating.
+    `overrides`, the command line `cfg` was composed from (under Hydra: its own), lets a resumed
+    run take the rest of its config from the checkpoint."""
     validate(cfg)
     resume, resume_state = checkpoint.load(cfg.resume, map_location="cpu") if cfg.resume else (None, None)
     if resume is not None:
+        cfg = checkpoint.resumed_config(cfg, resume_state, command_line() if overrides is None else overrides)
+        validate(cfg)
         checkpoint.check_resumable(resume, resume_state, cfg)
     run_dir = prepare_run_dir(cfg, Path(run_dir))
     if cfg.mode.name == "eval":
@@ -254,13 +258,17 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
             logger.close()
 
 
-def overridden(group: str) -> bool:
-    """Whether this command line set `group` (e.g. env=... or env.id=...); False outside Hydra."""
+def command_line() -> list[str] | None:
+    """The overrides of the Hydra command line this run was started with; None outside Hydra."""
     from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized():
-        return False
-    return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.")) for o in HydraConfig.get().overrides.task)
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+
+
+def overridden(group: str) -> bool:
+    """Whether this command line set `group` (e.g. env=... or env.id=...); False outside Hydra."""
+    return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.", f"{group}/"))
+               for o in command_line() or [])
 
 
 def outputs(run_dir: Path) -> list[str]:

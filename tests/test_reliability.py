@@ -345,6 +345,42 @@ def test_resume_with_another_architecture_names_every_difference(make_cfg, tmp_p
         assert expected in message
 
 
+def test_resume_continues_the_checkpoints_run_and_only_what_the_command_line_sets_changes(cli, tmp_path):
+    """`resume=<run>` alone continues that run as configured (its env, policy, vec, train), not
+    the defaults (CartPole): what the command line sets on top is taken, and a setting that
+    cannot fit the checkpoint is an error naming it."""
+    import yaml
+
+    first = ["env=classic/acrobot", "policy.hidden_size=32", "vec.num_envs=4", "train.num_steps=32",
+             "train.learning_rate=0.001", "eval.episodes=0"]
+    cli(*first, "train.total_timesteps=256")  # 2 epochs of 4 x 32
+    original = tmp_path / "original"
+    (tmp_path / "run").rename(original)
+    cli(f"resume={original}", "train.total_timesteps=512", "eval.episodes=0")
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config["env"]["id"] == "Acrobot-v1" and config["policy"]["hidden_size"] == 32
+    assert config["vec"]["num_envs"] == 4 and config["train"]["learning_rate"] == 0.001
+    assert config["train"]["total_timesteps"] == 512  # set on this command line
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.pt"))[-1] == "epoch_000004.pt"
+    failed = cli(f"resume={original}", "policy.hidden_size=64", check=False)
+    output = failed.stdout + failed.stderr
+    assert failed.returncode == 2 and "policy.hidden_size: 32 in the checkpoint, 64 now" in output
+
+
+def test_a_resumed_config_takes_another_kind_of_env_whole_and_the_command_line_on_top(make_cfg):
+    cfg = make_cfg("resume=x", "train.learning_rate=0.01", "eval.episodes=3")
+    saved = {"env": {"_target_": "puffer.envs.atari.make", "game": "breakout", "frameskip": 4},
+             "policy": {"_target_": "puffer.models.NatureCNN", "hidden_size": 512},
+             "train": {"learning_rate": 2.5e-4, "num_steps": 128}, "eval": {"episodes": 99}, "seed": 3}
+    resumed = checkpoint.resumed_config(cfg, {"config": saved}, ["resume=x", "train.learning_rate=0.01",
+                                                                 "eval.episodes=3"])
+    assert dict(resumed.env) == saved["env"] and "id" not in resumed.env  # not merged into CartPole's
+    assert resumed.policy._target_ == "puffer.models.NatureCNN" and resumed.seed == 3
+    assert resumed.train.num_steps == 128 and resumed.train.learning_rate == 0.01  # the override wins
+    assert resumed.eval.episodes == 3  # how this invocation evaluates is its own
+    assert checkpoint.resumed_config(cfg, {"config": saved}, None) is cfg  # built in Python: as given
+
+
 def test_eval_uses_the_checkpoints_env_unless_told_otherwise(make_cfg, tmp_path):
     run(make_cfg("env=classic/acrobot", "train.total_timesteps=512", "train.num_steps=32",
                  "eval.episodes=0"), tmp_path / "a")

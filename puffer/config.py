@@ -124,6 +124,11 @@ class VecConfig:
     # multiprocessing: a worker busy with one step (or reset) for longer than this many seconds
     # is stuck: an error naming it, its envs and its Python stack. null: wait forever.
     step_timeout: float | None = 300.0
+    # multiprocessing: restart a worker whose env raised, whose process died or that is stuck
+    # (past step_timeout), this many times in all, before its failure stops training. Its envs
+    # reset on fresh seeds; the episodes they were in are left out of the rollout (logged as
+    # vec/worker_restarts). 0: the first failure is an error.
+    restart_failed_workers: int = 0
     # ray: the cluster to join (e.g. ray://head:10001 or auto); null starts a local Ray.
     ray_address: str | None = None
     # auto: seconds of random-action stepping per candidate.
@@ -428,6 +433,11 @@ def _check_vec(v) -> None:
     _require(v.num_envs >= 1, "vec.num_envs", v.num_envs, "an integer >= 1")
     _require(v.step_timeout is None or v.step_timeout > 0, "vec.step_timeout", v.step_timeout,
              "seconds > 0, or null to wait forever")
+    _require(v.restart_failed_workers >= 0, "vec.restart_failed_workers", v.restart_failed_workers,
+             "an integer >= 0")
+    _require(v.restart_failed_workers == 0 or v.backend == "multiprocessing", "vec.restart_failed_workers",
+             v.restart_failed_workers, f"0 with vec.backend={v.backend}: workers are restarted by "
+             "vec=multiprocessing only")
     _require(v.backend != "serial" or v.num_workers in (None, 1), "vec.num_workers", v.num_workers,
              "null with vec=serial (this process steps every env); workers need vec=multiprocessing or ray")
     if v.num_workers is not None:

@@ -15,6 +15,7 @@ with a done flag is the true final one: on truncation its value is the bootstrap
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 
@@ -88,7 +89,7 @@ class Collector:
         self.seed = seed
         self.device = rollout.obs.device
         self.profiler = profiler or Profiler(self.device.type, enabled=False)
-        self.autocast = autocast
+        self.autocast = autocast or contextlib.nullcontext  # e.g. bf16 autocast (train.amp)
         self.reward_scaler = reward_scaler  # rewards are stored scaled when given
         self.dist = ActionDist(vecenv.single_action_space)
         self.recurrent = getattr(policy, "is_recurrent", False)
@@ -120,6 +121,9 @@ class Collector:
         while remaining:
             with prof.env:
                 received = self.vecenv.recv()
+                restarted = self.vecenv.pop_restarted()
+            if restarted:
+                self._drop_interrupted(restarted)
             self._record(received.infos)
             for rows, (obs, rewards, terminals, truncations, masks) in self._by_step(received):
                 with prof.copy:
@@ -223,6 +227,20 @@ class Collector:
         self._before_done[rows] = self._prev_done[rows]
         self._prev_done[rows] = done
         self._awaiting[rows] = False
+
+    def _drop_interrupted(self, env_ids: list[int]) -> None:
+        """The envs of a restarted worker lost the episode they were in (their failed step came
+        back as a truncation): its steps in this rollout are made invalid, so that nothing is
+        learned from an episode cut by a crash. Earlier rollouts already learned from its start."""
+        r = self.rollout
+        for row in np.concatenate([np.arange(e * self.vecenv.agents_per_env, (e + 1) * self.vecenv.agents_per_env)
+                                   for e in env_ids]):
+            end = int(self._ptr[row])  # steps acted this rollout; the last one's result is the failure
+            ended = torch.nonzero(r.dones[: max(end - 1, 0), row]).flatten()
+            start = int(ended[-1]) + 1 if len(ended) else 0
+            r.valid[start:end, row] = False
+        log.warning("envs %s lost their episode to a worker restart; its steps in this rollout are "
+                    "left out", env_ids)
 
     def _record(self, infos) -> None:
         for info in infos:

@@ -67,7 +67,8 @@ def make_vecenv(cfg: DictConfig, env_creator):
 def multiprocessing_options(v: DictConfig, overwork: bool = False) -> dict[str, Any]:
     """The vec.* keys that only the Multiprocessing backend reads."""
     return {"overwork": overwork or v.overwork, "start_method": v.start_method,
-            "step_in_main": v.step_in_main, "step_timeout": v.step_timeout}
+            "step_in_main": v.step_in_main, "step_timeout": v.step_timeout,
+            "restart_failed_workers": v.restart_failed_workers}
 
 
 def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module:

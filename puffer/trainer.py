@@ -206,7 +206,10 @@ class Trainer:
 
     def _episode_metrics(self) -> dict[str, float]:
         stats = self.collector.pop_episode_stats()
-        return {f"env/{key}": float(np.mean(values)) for key, values in stats.items()}
+        metrics = {f"env/{key}": float(np.mean(values)) for key, values in stats.items()}
+        if self.vecenv.restart_budget:  # vec.restart_failed_workers: restarts so far
+            metrics["vec/worker_restarts"] = self.vecenv.restarts
+        return metrics
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -399,3 +399,69 @@ def test_a_full_disk_under_the_metrics_file_is_said_once_and_training_code_goes_
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "the disk is full" in errors[0].getMessage()
     assert "metrics.jsonl" in errors[0].getMessage()
+
+
+class CrashesEvery(gym.Wrapper):
+    """CartPole whose env raises at its `every`-th step of each life (a flaky simulator)."""
+
+    def __init__(self, env, every):
+        super().__init__(env)
+        self.every, self.t = every, 0
+
+    def step(self, action):
+        self.t += 1
+        if self.t % self.every == 0:
+            raise RuntimeError(f"simulator crashed at step {self.t}")
+        return self.env.step(action)
+
+
+def flaky_cartpole(every=20):
+    return GymnasiumPufferEnv(env=CrashesEvery(gym.make("CartPole-v1"), every))
+
+
+def flaky_every_150(render_mode=None):
+    return CrashesEvery(gym.make("CartPole-v1", render_mode=render_mode), 150)
+
+
+def test_the_interrupted_episode_of_a_restarted_worker_is_left_out_of_the_rollout(caplog):
+    import functools
+
+    from puffer.models import Default
+    from puffer.rollout import Collector, Rollout
+
+    creators = [functools.partial(flaky_cartpole, 10 ** 9)] * 2 + [functools.partial(flaky_cartpole, 20)] * 2
+    with puffer.vector.Multiprocessing(creators, num_envs=4, num_workers=2, restart_failed_workers=1) as vec:
+        policy = Default(vec.single_observation_space, vec.single_action_space)
+        rollout = Rollout(32, 4, vec.single_observation_space, vec.action_shape, vec.action_dtype,
+                          torch.device("cpu"), policy)
+        Collector(vec, policy, rollout, seed=0).collect()
+    valid, dones = rollout.valid.numpy(), rollout.dones.numpy().astype(bool)
+    # worker 1 failed when env 2 or 3 reached its 20th real step (the step after an episode's
+    # end only resets): for both of its envs, every step of the episode the crash cut is left
+    # out, and the row after the crash holds the restarted env's reset observation (invalid, as
+    # after any episode end)
+    real = np.ones((32, 4), bool)
+    real[1:] = ~dones[:-1]
+    crash = min(int(np.flatnonzero(np.cumsum(real[:, row]) == 20)[0]) for row in (2, 3)
+                if np.cumsum(real[:, row])[-1] >= 20)
+    for row in (2, 3):
+        ended = np.flatnonzero(dones[:crash, row])
+        start = ended[-1] + 1 if len(ended) else 0
+        assert dones[crash, row] and not valid[start : crash + 2, row].any()
+        assert (valid[crash + 2 :, row] == ~dones[crash + 1 : -1, row]).all()  # then the usual rule
+    for row in (0, 1):  # the other worker's envs: the usual rule only
+        assert valid[0, row] and (valid[1:, row] == ~dones[:-1, row]).all()
+    assert vec.restarts == 1 and "envs [2, 3] lost their episode to a worker restart" in caplog.text
+
+
+def test_training_goes_on_through_worker_restarts_and_logs_them(make_cfg, tmp_path):
+    gym.register(id="puffer_test/Flaky-v0", entry_point=flaky_every_150)
+    small = ["env=classic/gym", "env.id=puffer_test/Flaky-v0", "vec=multiprocessing", "vec.num_envs=4",
+             "train.num_steps=64", "train.total_timesteps=2048", "eval.episodes=0"]
+    metrics = run(make_cfg(*small, "vec.restart_failed_workers=20"), tmp_path / "healed")
+    # 8 epochs of 4 x 64: each env steps 512 times and crashes every 150 steps of a life
+    assert metrics["train/epoch"] == 8 and metrics["vec/worker_restarts"] >= 3
+    logged = [m["vec/worker_restarts"] for m in read_metrics(tmp_path / "healed" / "metrics.jsonl")]
+    assert logged == sorted(logged) and logged[0] < logged[-1]
+    with pytest.raises(puffer.vector.WorkerError, match="simulator crashed at step 150"):
+        run(make_cfg(*small), tmp_path / "plain")  # without restarts the first crash stops it

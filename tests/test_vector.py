@@ -436,3 +436,67 @@ def test_a_vector_envs_random_actions_are_valid_for_dict_actions_mixing_discrete
         vec.step(actions)
     assert not vec.action_space.contains(np.full((3, 3), 0.5, np.float32))  # 0.5 is no category
     vec.close()
+
+
+# -- self-healing workers (restart_failed_workers) ----------------------------------------------
+def steps_until_restart(vec, steps):
+    """Step with action 0; per step, the envs pop_restarted() named."""
+    restarted = []
+    for _ in range(steps):
+        vec.step(np.zeros(vec.num_agents, int))
+        restarted.append(list(vec.pop_restarted()))
+    return restarted
+
+
+@pytest.mark.parametrize("step_in_main", [True, False])
+def test_a_worker_whose_env_raises_is_restarted_and_its_step_comes_back_truncated(step_in_main, children):
+    # env 2 raises at its 3rd step of each life; worker 1 (envs 2, 3), or worker 0 in the main
+    # process when the crashing env is env 0 there
+    crash = 0 if step_in_main else 2
+    creators = [cartpole] * 4
+    creators[crash] = functools.partial(crashing_cartpole, 3)
+    worker = crash // 2
+    with Multiprocessing(creators, num_envs=4, num_workers=2, step_in_main=step_in_main,
+                         restart_failed_workers=3) as vec, Serial(cartpole, num_envs=4) as serial:
+        assert vec.step_in_main == step_in_main
+        vec.reset(0)
+        serial.reset(0)
+        mine = [2 * worker, 2 * worker + 1]
+        others = [e for e in range(4) if e not in mine]
+        for t in range(1, 10):
+            obs, rew, term, trunc, _ = vec.step(np.zeros(4, int))
+            ref_obs, ref_rew, ref_term, ref_trunc, _ = serial.step(np.zeros(4, int))
+            restarted = list(vec.pop_restarted())
+            if t % 3 == 0:  # the crash: both envs of the worker are truncated, with no reward
+                assert restarted == mine and trunc[mine].all() and not term[mine].any() and (rew[mine] == 0).all()
+            else:
+                assert restarted == []
+            # the other worker's envs never notice
+            np.testing.assert_array_equal(obs[others], ref_obs[others])
+            np.testing.assert_array_equal(trunc[others], ref_trunc[others])
+        assert vec.restarts == 3 and vec.restarts_left == 0
+        with pytest.raises(WorkerError, match=r"boom at step 3") as info:
+            vec.step(np.zeros(4, int)), vec.step(np.zeros(4, int)), vec.step(np.zeros(4, int))
+        assert f"worker {worker} (envs {mine[0]}..{mine[1]}" in str(info.value)
+        assert "after 3 restarts (vec.restart_failed_workers)" in str(info.value)
+    assert not children()
+
+
+def test_killed_and_stuck_workers_are_restarted_too(children):
+    with Multiprocessing(cartpole, num_envs=4, num_workers=2, step_in_main=False,
+                         restart_failed_workers=2, step_timeout=1.5) as vec:
+        vec.reset(0)
+        steps_until_restart(vec, 5)
+        old = vec.processes[1].pid
+        os.kill(old, signal.SIGKILL)
+        _, _, _, trunc, _ = vec.step(np.zeros(4, int))
+        assert list(vec.pop_restarted()) == [2, 3] and trunc[2:].all()
+        assert vec.restarts == 1 and vec.processes[1].pid != old
+        os.kill(vec.processes[0].pid, signal.SIGSTOP)  # stuck: busy past step_timeout
+        started = time.monotonic()
+        _, _, _, trunc, _ = vec.step(np.zeros(4, int))
+        assert 1.5 < time.monotonic() - started < 10
+        assert list(vec.pop_restarted()) == [0, 1] and trunc[:2].all() and vec.restarts == 2
+        assert steps_until_restart(vec, 20) == [[]] * 20  # and they step on
+    time.sleep(0.5)
+    assert not children()

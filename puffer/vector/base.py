@@ -190,6 +190,16 @@ class VecEnv:
     def set_state(self, state: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot restore env state")
 
+    # Self-healing (puffer.vector.multiprocessing): failed workers that may be restarted in all,
+    # and how many were.
+    restart_budget = 0
+    restarts = 0
+
+    def pop_restarted(self) -> list[int]:
+        """Env ids whose failed worker was restarted since the last call (backends that restart
+        workers: puffer.vector.multiprocessing); their last step came back as a truncation."""
+        return []
+
     def local_worker_pids(self) -> list[int]:
         """Processes on this machine that step envs for this vector env and are not children of
         this process (a local Ray's actors), so that the profiler counts them as workers."""

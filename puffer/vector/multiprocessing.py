@@ -15,7 +15,10 @@ and `send()` steps exactly those. Infos and errors travel on a per-worker pipe, 
 are any, written by the worker itself after it flags them (a Queue's feeder thread would cost a
 thread switch per message, more than a CartPole step). A worker whose env raises reports the
 env index and traceback; a worker that dies is noticed within `poll_s`; either way every worker
-is shut down and none is left behind.
+is shut down and none is left behind, unless `restart_failed_workers` allows a restart: then
+the worker (or worker 0's envs in the main process) is rebuilt, its envs reset on fresh seeds,
+and the step that failed comes back as a truncation of every one of its envs, with the env ids
+in `pop_restarted()` so that the collector drops the interrupted episodes from its rollout.
 
 With synchronous batches (`batch_size == num_envs`), the main process would only wait while the
 workers step, so it steps worker 0's envs itself (`step_in_main`), after waking the others: one
@@ -67,6 +70,7 @@ log = logging.getLogger(__name__)
 IDLE, RESET, STEP, CLOSE, SAVE, LOAD = 0, 1, 2, 3, 4, 5
 BUILD = -1  # worker 0's first command when the main process steps it: build its envs
 BUSY, READY, ERROR = 0, 1, 2
+NOTHING: list[int] = []  # pop_restarted()'s answer when no worker was restarted (never mutated)
 
 
 class WorkerError(EnvError):
@@ -189,7 +193,7 @@ class Multiprocessing(VecEnv):
                  zero_copy: bool = True, seed: int = 0, overwork: bool = False,
                  start_method: str | None = None, spin_us: float = 50.0, poll_s: float = 0.25,
                  worker_spin_us: float = 100.0, step_in_main: bool = True,
-                 step_timeout: float | None = 300.0):
+                 step_timeout: float | None = 300.0, restart_failed_workers: int = 0):
         creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
                                                         num_workers, batch_size, overwork)
         super().__init__(driver, num_envs, batch_size, seed)
@@ -209,6 +213,13 @@ class Multiprocessing(VecEnv):
         # when each worker's command was sent, and which (plain lists: ~30 ns a write per step)
         self._sent_at = [time.monotonic()] * num_workers
         self._command_of = [BUILD] * num_workers  # workers start by building their envs
+        # Self-healing: how many failed workers may still be restarted, how many were, the env
+        # ids restarted since pop_restarted(), and restarted workers whose `done` releases are
+        # already matched (so _claim must not match them again).
+        self.restart_budget = restart_failed_workers
+        self.restarts_left, self.restarts = restart_failed_workers, 0
+        self._restarted_envs: list[int] = []
+        self._prematched: set[int] = set()
 
         specs = Buffers.specs(self.single_observation_space, self.num_agents)
         specs.update({
@@ -221,7 +232,7 @@ class Multiprocessing(VecEnv):
             "seed": ((2,), np.int64),  # [seed, whether a seed was given]
         })
         layout, nbytes = _layout(specs)
-        ctx = mp.get_context(start_method)
+        ctx = self._ctx = mp.get_context(start_method)
         self._raw = ctx.RawArray(ctypes.c_byte, nbytes)
         shared = _views(self._raw, layout)
         self.buffers = Buffers(*(shared[k] for k in ("observations", "rewards", "terminals",
@@ -238,17 +249,9 @@ class Multiprocessing(VecEnv):
         pipes = [ctx.Pipe(duplex=True) for _ in range(num_workers)]
         self._messages = [ours for ours, _ in pipes]
         self._processes: dict[int, mp.process.BaseProcess] = {}  # worker id -> its process
-        per = self.envs_per_worker
+        self._build_args = (creators, env_args, env_kwargs, layout)  # to start a worker again
         for w in range(1 if self.step_in_main else 0, num_workers):
-            process = ctx.Process(
-                target=_worker, name=f"puffer-worker-{w}", daemon=True,
-                args=(w, creators[w * per : (w + 1) * per], env_args, env_kwargs, w * per,
-                      self._raw, layout, self._go[w], self._done, pipes[w][1], os.getpid(),
-                      self.agents_per_env, self.worker_spin_s, self._stack_dir),
-            )
-            process.start()
-            pipes[w][1].close()  # the worker holds its end now
-            self._processes[w] = process
+            self._start_worker(w, pipes[w][1])
         if self.step_in_main:
             pipes[0][1].close()  # worker 0's replies are kept here (_reply), not piped
         # Worker 0 in the main process (step_in_main): its envs (a list, so that the finalizer
@@ -266,7 +269,7 @@ class Multiprocessing(VecEnv):
         try:
             if self.step_in_main:
                 self._in_flight.add(0)
-                self._run_in_main(BUILD, (creators[:per], env_args, env_kwargs))
+                self._run_in_main(BUILD, (creators[:self.envs_per_worker], env_args, env_kwargs))
             self._wait(num_workers)  # every worker built its envs, or we raise its error now
         except BaseException:
             self.close()
@@ -341,12 +344,101 @@ class Multiprocessing(VecEnv):
             self._finalizer()
         super().close()
 
+    def pop_restarted(self) -> list[int]:
+        """Env ids whose worker was restarted since the last call (their step came back as a
+        truncation; the episode they were in is lost)."""
+        if not self._restarted_envs:  # every recv() asks: no allocation then
+            return NOTHING
+        restarted, self._restarted_envs = self._restarted_envs, []
+        return restarted
+
     @property
     def processes(self) -> list:
         """The worker processes (worker 0 is not one when the main process steps it)."""
         return list(self._processes.values())
 
     # -- internals ---------------------------------------------------------------------------
+    def _start_worker(self, w: int, theirs) -> None:
+        """Start worker w's process on its slice of envs; `theirs` is its end of its pipe."""
+        creators, env_args, env_kwargs, layout = self._build_args
+        per = self.envs_per_worker
+        process = self._ctx.Process(
+            target=_worker, name=f"puffer-worker-{w}", daemon=True,
+            args=(w, creators[w * per : (w + 1) * per], env_args, env_kwargs, w * per,
+                  self._raw, layout, self._go[w], self._done, theirs, os.getpid(),
+                  self.agents_per_env, self.worker_spin_s, self._stack_dir),
+        )
+        process.start()
+        theirs.close()  # the worker holds its end now
+        self._processes[w] = process
+
+    def _restart(self, w: int, failure: str) -> bool:
+        """Rebuild failed worker w and reset its envs on fresh seeds, if vec.restart_failed_workers
+        allows and it failed stepping or resetting (a failed save or load is not repeated). Then
+        its step's result is a truncation of each of its envs, and the worker is READY with its
+        `done` releases matched. False when it is not restarted (the caller raises)."""
+        if self.restarts_left <= 0 or self._command_of[w] not in (STEP, RESET):
+            return False
+        self.restarts_left -= 1
+        self.restarts += 1
+        per = self.envs_per_worker
+        log.warning("worker %d (envs %d..%d) failed; restarting it (restart %d; %d more allowed by "
+                    "vec.restart_failed_workers): %s", w, w * per, (w + 1) * per - 1, self.restarts,
+                    self.restarts_left, failure.strip().splitlines()[-1] if failure.strip() else failure)
+        if w in self._processes:
+            old = self._processes[w]
+            if old.is_alive():
+                old.kill()
+            old.join(timeout=5.0)
+            self._messages[w].close()
+            self._go[w] = self._ctx.Semaphore(0)  # the old one may hold a release the dead never took
+            ours, theirs = self._ctx.Pipe(duplex=True)
+            self._messages[w] = ours
+            self._states[w], self._command_of[w], self._sent_at[w] = BUSY, BUILD, time.monotonic()
+            self._start_worker(w, theirs)
+            self._await_restarted(w)
+        else:  # worker 0's envs, in this process
+            creators, env_args, env_kwargs, _ = self._build_args
+            broken = self._in_main.pop()
+            try:
+                broken.close()
+            except Exception as exc:  # a broken env may not close cleanly; the new ones replace it
+                log.warning("worker 0's failed envs did not close cleanly: %r", exc)
+            self._run_in_main(BUILD, (creators[:per], env_args, env_kwargs))
+            self._await_restarted(w)
+        # fresh seeds: seed + num_envs * k for the k-th restart never repeats a seed in use. (A
+        # worker failing inside async_reset's RESET may race another worker still reading the
+        # reset seed: that worker then starts on these seeds instead; nothing else differs.)
+        self._seed[:] = (self.seed + self.num_envs * self.restarts, 1)
+        self._dispatch([w], RESET)
+        self._await_restarted(w)
+        self._has_message[w] = False  # reset infos carry no episode
+        rows = self._rows([w])
+        self.buffers.rewards[rows] = 0
+        self.buffers.terminals[rows] = False
+        self.buffers.truncations[rows] = True
+        self._restarted_envs.extend(range(w * per, (w + 1) * per))
+        return True
+
+    def _await_restarted(self, w: int) -> None:
+        """Wait for restarted worker w's current command, matching its `done` release; its
+        failure now is final."""
+        deadline = time.monotonic() + (self.step_timeout or float("inf"))
+        while self._states[w] == BUSY:
+            process = self._processes.get(w)
+            if self._done.acquire(timeout=self.poll_s):
+                self._tokens += 1
+            elif process is not None and not process.is_alive() or time.monotonic() > deadline:
+                self.close()
+                raise WorkerError(f"worker {w} failed again while being restarted (exit code "
+                                  f"{process.exitcode if process is not None else None})")
+        if w in self._processes:
+            self._tokens -= 1  # its release: taken above or owed, as in _claim
+        if self._states[w] == ERROR:
+            message = self._message(w)
+            self.close()
+            raise WorkerError(f"worker {w} failed again while being restarted:\n{message}")
+
     def _rows(self, workers: list[int]):
         return rows_of(workers, self.envs_per_worker * self.agents_per_env)
 
@@ -448,17 +540,25 @@ class Multiprocessing(VecEnv):
         # are at most one per worker, so the semaphore's count stays bounded.
         if w not in self._processes:
             pass  # worker 0, run in this process: no `done` release to match
+        elif w in self._prematched:
+            self._prematched.discard(w)  # restarted: its releases were matched then
         elif self._tokens > 0 or not self._done.acquire(False):
             self._tokens -= 1
-        self._in_flight.discard(w)
         if self._states[w] == ERROR:
             message = self._message(w)
+            if self._restart(w, message):
+                self._in_flight.discard(w)
+                return
             self.close()
             per = self.envs_per_worker
             where = "" if w in self._processes else ", in the main process"
             raise WorkerError(
-                f"worker {w} (envs {w * per}..{(w + 1) * per - 1}{where}) failed:\n{message}"
+                f"worker {w} (envs {w * per}..{(w + 1) * per - 1}{where}) failed{self._after()}:\n{message}"
             )
+        self._in_flight.discard(w)
+
+    def _after(self) -> str:
+        return f" after {self.restarts} restarts (vec.restart_failed_workers)" if self.restarts else ""
 
     def _message(self, w: int):
         if w not in self._processes:
@@ -479,11 +579,14 @@ class Multiprocessing(VecEnv):
             process = self._processes[w]
             if not process.is_alive():
                 code = process.exitcode
+                died = f"died with exit code {code}" + (f" (signal {-code})" if code and code < 0 else "")
+                if self._restart(w, died):
+                    self._prematched.add(w)
+                    continue
                 self.close()
                 per = self.envs_per_worker
                 raise WorkerError(
-                    f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) died "
-                    f"with exit code {code}" + (f" (signal {-code})" if code and code < 0 else "")
+                    f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) {died}{self._after()}"
                 )
 
 
@@ -506,14 +609,17 @@ class Multiprocessing(VecEnv):
             except FileNotFoundError:
                 stack = ""
             status = _status(process.pid)
-            self.close()
             per = self.envs_per_worker
             where = (f"its stack:\n{stack}" if stack else
                      f"it did not answer a request for its stack (process status: {status})")
-            raise WorkerError(
-                f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) has been "
-                f"busy with one step for {now - self._sent_at[w]:.0f} s (vec.step_timeout="
-                f"{self.step_timeout:g}); {where}")
+            stuck = (f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) has been "
+                     f"busy with one step for {now - self._sent_at[w]:.0f} s (vec.step_timeout="
+                     f"{self.step_timeout:g}); {where}")
+            if self._restart(w, stuck):
+                self._prematched.add(w)
+                continue
+            self.close()
+            raise WorkerError(stuck + self._after())
 
 
 def _status(pid: int) -> str:

@@ -121,8 +121,9 @@ class VecConfig:
     # multiprocessing, synchronous batches: the main process steps worker 0's envs itself
     # instead of waiting idle; false keeps every env out of the main process.
     step_in_main: bool = True
-    # multiprocessing: a worker busy with one step (or reset) for longer than this many seconds
-    # is stuck: an error naming it, its envs and its Python stack. null: wait forever.
+    # A worker busy with one step (or reset) for longer than this many seconds is stuck: an
+    # error naming it, its envs and its Python stack (envs stepped in the main process too:
+    # serial, multiprocessing's worker 0). null: wait forever.
     step_timeout: float | None = 300.0
     # multiprocessing: restart a worker whose env raised, whose process died or that is stuck
     # (past step_timeout), this many times in all, before its failure stops training. Its envs

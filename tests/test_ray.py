@@ -61,6 +61,22 @@ def test_ray_worker_error_carries_the_env_traceback(local_ray):
             vec.step(np.zeros(2, int))
 
 
+def test_a_ray_actor_stuck_in_step_is_an_error_with_its_stack(local_ray):
+    import time
+
+    from test_vector import hanging_cartpole
+
+    vec = puffer.vector.make([cartpole, hanging_cartpole], num_envs=2, num_workers=2, backend="ray",
+                             step_timeout=2.0)
+    vec.reset(0)
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=r"ray worker 1 \(envs 1..1\) has been busy with one step") as info:
+        for _ in range(20):  # it hangs at its 5th step
+            vec.step(np.zeros(2, int))
+    assert time.monotonic() - started < 30
+    assert "deadlocked_simulator_step" in str(info.value) and "vec.step_timeout=2" in str(info.value)
+
+
 @pytest.mark.parametrize("backend", ["ray", "multiprocessing"])
 def test_worker_backends_restore_saved_envs_mid_episode(local_ray, backend):
     actions = np.random.default_rng(0).integers(0, 2, (60, 4))

@@ -500,3 +500,33 @@ def test_killed_and_stuck_workers_are_restarted_too(children):
         assert steps_until_restart(vec, 20) == [[]] * 20  # and they step on
     time.sleep(0.5)
     assert not children()
+
+
+@pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
+def test_an_env_stuck_in_step_in_the_main_process_is_an_error_with_its_stack(backend, children):
+    from puffer.vector.base import EnvError
+
+    vec = puffer.vector.make([hanging_cartpole, cartpole, cartpole, cartpole], num_envs=4, num_workers=2,
+                             backend=backend, step_timeout=1.5)
+    if backend == "multiprocessing":
+        assert vec.step_in_main  # env 0 steps in this process
+    vec.reset(0)
+    started = time.monotonic()
+    with pytest.raises(EnvError, match=r"has been busy with one step for \d+ s \(vec.step_timeout=1.5\)") as info:
+        for _ in range(100):
+            vec.step(np.zeros(4, int))
+    assert time.monotonic() - started < 10
+    assert "deadlocked_simulator_step" in str(info.value)
+    assert ("worker 0 (envs 0..1, in the main process)" if backend == "multiprocessing"
+            else "envs 0..3 (stepped in this process)") in str(info.value)
+    vec.close()
+    time.sleep(0.2)  # and nothing raises later in unrelated code: the watchdog fired once
+    assert not children()
+
+
+def test_a_stuck_main_process_share_is_restarted_like_a_worker(children):
+    with Multiprocessing([hanging_cartpole, cartpole, cartpole, cartpole], num_envs=4, num_workers=2,
+                         step_timeout=1.0, restart_failed_workers=1) as vec:
+        vec.reset(0)
+        restarted = steps_until_restart(vec, 6)  # env 0 hangs at its 5th step
+        assert restarted[4] == [0, 1] and vec.restarts == 1

@@ -63,6 +63,7 @@ from puffer.vector.base import (
     whole_groups,
     workers_state,
 )
+from puffer.vector.watchdog import StepTimeout, Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -258,10 +259,13 @@ class Multiprocessing(VecEnv):
         # can close them without holding this object), its actions (a view made once, as a
         # worker makes its own) and its reply to the last command
         self._in_main: list[EnvGroup] = []
+        # worker 0's envs step in this process: a thread watches for a step past step_timeout
+        self._watchdog = Watchdog(step_timeout) if self.step_in_main and step_timeout else None
         self._main_actions = self.actions[self._rows([0])]
         self._reply = None
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._commands,
-                                           self._go, self._messages, self._in_main, self._stack_dir)
+                                           self._go, self._messages, self._in_main, self._stack_dir,
+                                           self._watchdog)
         self._in_flight = set(self._processes)
         self._received: list[int] | None = None  # what the last recv() returned
         self._idle: set[int] = set()  # received and not sent since
@@ -475,10 +479,18 @@ class Multiprocessing(VecEnv):
                                  self.agents_per_env)
                 self._in_main.append(group)
                 infos = None
+            elif self._watchdog is not None and command in (STEP, RESET):
+                with self._watchdog.watching():
+                    self._in_main[0], infos = _execute(
+                        command, self._in_main[0], self._main_actions, self._seed,
+                        self._step_seconds, 0, lambda: pickle.loads(payload))
             else:
                 self._in_main[0], infos = _execute(
                     command, self._in_main[0], self._main_actions, self._seed,
                     self._step_seconds, 0, lambda: pickle.loads(payload))
+        except StepTimeout:
+            self._reply, self._states[0], self._has_message[0] = self._watchdog.describe(), ERROR, True
+            return
         except Exception:
             self._reply, self._states[0], self._has_message[0] = traceback.format_exc(), ERROR, True
             return
@@ -631,9 +643,12 @@ def _status(pid: int) -> str:
         return f"unknown ({exc})"
 
 
-def _shutdown(workers: dict, commands, go, messages, in_main: list, stack_dir: str | None = None) -> None:
+def _shutdown(workers: dict, commands, go, messages, in_main: list, stack_dir: str | None = None,
+              watchdog: Watchdog | None = None) -> None:
     """Ask every worker to close, then make sure none is left: terminate, then kill. Then close
     the envs the main process stepped itself."""
+    if watchdog is not None:
+        watchdog.close()
     for w, process in workers.items():
         if process.is_alive():
             commands[w] = CLOSE

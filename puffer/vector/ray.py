@@ -12,6 +12,7 @@ import logging
 import os
 import pickle
 import socket
+import time
 
 import numpy as np
 
@@ -75,6 +76,17 @@ class _Worker:
     def close(self) -> None:
         self.group.close()
 
+    def stack(self) -> str:
+        """Where every thread of this actor is, asked while a step is stuck: this method runs in
+        its own concurrency group (its own thread), beside the busy one."""
+        import sys
+        import threading
+        import traceback
+
+        names = {t.ident: t.name for t in threading.enumerate()}
+        return "\n".join(f"thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame))
+                         for ident, frame in sys._current_frames().items() if ident != threading.get_ident())
+
 
 def _import_ray():
     try:
@@ -106,7 +118,7 @@ class Ray(VecEnv):
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
                  num_workers: int | None = None, batch_size: int | None = None,
                  zero_copy: bool = True, seed: int = 0, address: str | None = None,
-                 overwork: bool = True, **unused):
+                 overwork: bool = True, step_timeout: float | None = 300.0, **unused):
         ray = _import_ray()
         check_reachable(address)
         # A cluster has more cores than this machine: the local core count is no limit here.
@@ -123,7 +135,11 @@ class Ray(VecEnv):
         self.envs_per_worker = num_envs // num_workers
         self.workers_per_batch = self.batch_size // self.envs_per_worker
         per = self.envs_per_worker
-        remote = ray.remote(num_cpus=0)(_Worker)
+        # stack() in a concurrency group of its own, so that it answers while a step is stuck;
+        # every other method stays in the default group, one at a time, in order
+        remote = ray.remote(num_cpus=0, concurrency_groups={"inspect": 1})(_Worker)
+        self.step_timeout = step_timeout
+        self._sent_at: dict = {}  # ref -> when its command was sent
         self._actors = [remote.remote(creators[w * per : (w + 1) * per], env_args, env_kwargs,
                                       w * per, self.agents_per_env) for w in range(num_workers)]
         self.buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
@@ -147,6 +163,7 @@ class Ray(VecEnv):
         seed = self.seed if seed is None else seed
         self._drain()
         self._pending = {actor.reset.remote(seed): w for w, actor in enumerate(self._actors)}
+        self._sent_at = dict.fromkeys(self._pending, time.monotonic())
         self._idle, self._received = set(), None
 
     def send(self, actions, env_ids=None) -> None:
@@ -158,8 +175,10 @@ class Ray(VecEnv):
             raise RuntimeError(f"send(): workers {sorted(set(workers) - self._idle)} are still stepping")
         actions = self.check_actions(actions, len(workers) * self.envs_per_worker * self.agents_per_env)
         per = self.envs_per_worker * self.agents_per_env
+        now = time.monotonic()
         for i, w in enumerate(workers):
-            self._pending[self._actors[w].step.remote(actions[i * per : (i + 1) * per])] = w
+            ref = self._actors[w].step.remote(actions[i * per : (i + 1) * per])
+            self._pending[ref], self._sent_at[ref] = w, now
         self._idle -= set(workers)
         if self._received is not None and set(self._received) <= set(workers):
             self._received = None
@@ -168,10 +187,11 @@ class Ray(VecEnv):
         if not self._pending:
             raise RuntimeError("recv(): nothing is stepping; send() first")
         count = min(self.workers_per_batch, len(self._pending))
-        ready, _ = self._ray.wait(list(self._pending), num_returns=count)
+        ready = self._wait(count)
         workers, infos = [], []
         for ref in ready:
             w = self._pending.pop(ref)
+            self._sent_at.pop(ref, None)
             obs, rewards, terminals, truncations, masks, worker_infos = self._get(ref, w)
             rows = self._rows(w)
             b = self.buffers
@@ -209,6 +229,39 @@ class Ray(VecEnv):
         # as after a recv() of every worker: the restored observations await their actions
         self._received, self._idle = list(range(self.num_workers)), set(range(self.num_workers))
 
+    def _wait(self, count: int) -> list:
+        """The first `count` pending refs to be ready; a step pending past step_timeout is an
+        error naming the actor, its envs and its stack."""
+        ready: list = []
+        while len(ready) < count:
+            waiting = [ref for ref in self._pending if ref not in ready]
+            timeout = None
+            if self.step_timeout is not None:
+                oldest = min(self._sent_at.get(ref, time.monotonic()) for ref in waiting)
+                timeout = max(0.0, oldest + self.step_timeout - time.monotonic())
+            got, _ = self._ray.wait(waiting, num_returns=count - len(ready), timeout=timeout)
+            ready += got
+            if len(ready) < count:
+                self._check_stuck([ref for ref in waiting if ref not in got])
+        return ready
+
+    def _check_stuck(self, waiting: list) -> None:
+        now = time.monotonic()
+        for ref in waiting:
+            sent = self._sent_at.get(ref)
+            if sent is None or now - sent < self.step_timeout:
+                continue
+            w, per = self._pending[ref], self.envs_per_worker
+            try:
+                asked = self._actors[w].stack.options(concurrency_group="inspect").remote()
+                stack = self._ray.get(asked, timeout=10)
+                where = f"its stack:\n{stack}"
+            except Exception as exc:  # the actor may be gone or hung in C: say so, then raise ours
+                where = f"it did not answer a request for its stack ({exc!r})"
+            self.close()
+            raise WorkerError(f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) has been busy with one "
+                              f"step for {now - sent:.0f} s (vec.step_timeout={self.step_timeout:g}); {where}")
+
     def _get(self, ref, w: int):
         try:
             return self._ray.get(ref)
@@ -219,7 +272,9 @@ class Ray(VecEnv):
 
     def _drain(self) -> None:
         while self._pending:
-            ref, w = self._pending.popitem()
+            ref = self._wait(1)[0]  # under step_timeout too
+            w = self._pending.pop(ref)
+            self._sent_at.pop(ref, None)
             self._get(ref, w)
 
     def close(self) -> None:

@@ -3,6 +3,7 @@ deterministic, no processes, and the fastest when the env steps in microseconds.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from collections import deque
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from puffer.emulation import Buffers
 from puffer.vector.base import (
+    EnvError,
     EnvGroup,
     Received,
     VecConfigError,
@@ -23,6 +25,7 @@ from puffer.vector.base import (
     whole_groups,
     workers_state,
 )
+from puffer.vector.watchdog import StepTimeout, Watchdog
 
 
 class Serial(VecEnv):
@@ -35,7 +38,7 @@ class Serial(VecEnv):
 
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
                  num_workers: int | None = None, batch_size: int | None = None,
-                 zero_copy: bool = True, seed: int = 0, **unused):
+                 zero_copy: bool = True, seed: int = 0, step_timeout: float | None = None, **unused):
         creators = as_creators(env_creators, num_envs)
         if batch_size is not None and not (0 < batch_size <= num_envs and num_envs % batch_size == 0):
             raise VecConfigError(
@@ -50,6 +53,8 @@ class Serial(VecEnv):
         self._group_envs()
         self._sent: deque[tuple[int, list[dict]]] = deque()  # (batch, infos), oldest first
         self._idle: set[int] = set()  # batches received and not sent since
+        # a step (or reset) past step_timeout seconds raises, with where it is stuck
+        self._watchdog = Watchdog(step_timeout) if step_timeout else None
 
     def _group_envs(self) -> None:
         size, n = self.batch_size, self.agents_per_env
@@ -65,7 +70,8 @@ class Serial(VecEnv):
 
     def async_reset(self, seed: int | None = None) -> None:
         seed = self.seed if seed is None else seed
-        self._sent = deque((k, group.reset(seed)) for k, group in enumerate(self.groups))
+        with self._watched(range(self.num_envs)):
+            self._sent = deque((k, group.reset(seed)) for k, group in enumerate(self.groups))
         self._idle = set()
 
     def send(self, actions, env_ids=None) -> None:
@@ -80,7 +86,16 @@ class Serial(VecEnv):
         for i, k in enumerate(batches):
             self._idle.discard(k)
             part = actions if len(batches) == 1 else actions[i * rows : (i + 1) * rows]
-            self._sent.append((k, self.groups[k].step(part)))
+            if self._watchdog is None:
+                self._sent.append((k, self.groups[k].step(part)))
+                continue
+            self._watchdog.start()  # not a `with`: a generator per step costs ~1 us
+            try:
+                self._sent.append((k, self.groups[k].step(part)))
+            except StepTimeout:
+                raise self._stuck(self._batch_ids[k]) from None
+            finally:
+                self._watchdog.stop()
 
     def recv(self):
         if not self._sent:
@@ -90,6 +105,21 @@ class Serial(VecEnv):
         obs, rewards, terminals, truncations, masks = (
             self._batch_views[k] if self.zero_copy else (x.copy() for x in self._batch_views[k]))
         return Received(obs, rewards, terminals, truncations, infos, self._batch_ids[k], masks)
+
+    @contextlib.contextmanager
+    def _watched(self, env_ids):
+        if self._watchdog is None:
+            yield
+            return
+        try:
+            with self._watchdog.watching():
+                yield
+        except StepTimeout:
+            raise self._stuck(env_ids) from None
+
+    def _stuck(self, env_ids) -> EnvError:
+        return EnvError(f"envs {env_ids[0]}..{env_ids[-1]} (stepped in this process) "
+                        f"{self._watchdog.describe()}")
 
     def get_state(self) -> dict | None:
         """Pickled envs (their RNGs and physics mid-episode) and a copy of the buffers, in the
@@ -112,6 +142,8 @@ class Serial(VecEnv):
 
     def close(self) -> None:
         if not self._closed:
+            if self._watchdog is not None:
+                self._watchdog.close()
             for group in self.groups:
                 group.close()
         super().close()

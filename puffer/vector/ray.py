@@ -128,25 +128,35 @@ class Ray(VecEnv):
         driver.close()
         self._ray = ray
         self._started_ray = not ray.is_initialized()
-        if self._started_ray:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
         self.num_workers = num_workers
         self.envs_per_worker = num_envs // num_workers
         self.workers_per_batch = self.batch_size // self.envs_per_worker
+        self.step_timeout = step_timeout
+        self.buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
+        self._actors: list = []
+        self._pending: dict = {}  # ref -> worker, of every command not yet received
+        self._sent_at: dict = {}  # ref -> when its command was sent
+        self._idle: set[int] = set()
+        self._received: list[int] | None = None
+        try:
+            self._start(address, creators, env_args, env_kwargs)
+        except BaseException:  # Ctrl-C during start-up too: no Ray process or actor left behind
+            self.close()
+            raise
+
+    def _start(self, address, creators, env_args, env_kwargs) -> None:
+        """Start (or join) Ray and the actors; every actor built its envs, or its error is raised."""
+        if self._started_ray:
+            self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                           configure_logging=False)
         per = self.envs_per_worker
         # stack() in a concurrency group of its own, so that it answers while a step is stuck;
         # every other method stays in the default group, one at a time, in order
-        remote = ray.remote(num_cpus=0, concurrency_groups={"inspect": 1})(_Worker)
-        self.step_timeout = step_timeout
-        self._sent_at: dict = {}  # ref -> when its command was sent
-        self._actors = [remote.remote(creators[w * per : (w + 1) * per], env_args, env_kwargs,
-                                      w * per, self.agents_per_env) for w in range(num_workers)]
-        self.buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
-        self._idle: set[int] = set()
-        self._received: list[int] | None = None
-        # Every actor built its envs, or we raise its error now.
-        self._pending: dict = {actor.ready.remote(): w for w, actor in enumerate(self._actors)}
+        remote = self._ray.remote(num_cpus=0, concurrency_groups={"inspect": 1})(_Worker)
+        for w in range(self.num_workers):
+            self._actors.append(remote.remote(creators[w * per : (w + 1) * per], env_args, env_kwargs,
+                                              w * per, self.agents_per_env))
+        self._pending = {actor.ready.remote(): w for w, actor in enumerate(self._actors)}
         self._drain()
 
     def local_worker_pids(self) -> list[int]:

@@ -199,7 +199,8 @@ def test_ctrl_c_while_ray_starts_leaves_no_ray_process(after):
     marker = uuid.uuid4().hex
     script = STARTUP_INTERRUPTED.format(tests=str(Path(__file__).resolve().parent), after=after)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PUFFER_TEST_MARKER": marker})
+                            env={**os.environ, "PUFFER_TEST_MARKER": marker,
+                                 "PYTHONPATH": str(Path(__file__).resolve().parent)})
     assert "interrupted" in result.stdout or "started" in result.stdout, result.stderr
 
     def marked() -> list[str]:

@@ -125,7 +125,7 @@ class VecConfig:
     # error naming it, its envs and its Python stack (envs stepped in the main process too:
     # serial, multiprocessing's worker 0). null: wait forever.
     step_timeout: float | None = 300.0
-    # multiprocessing: restart a worker whose env raised, whose process died or that is stuck
+    # multiprocessing, ray: restart a worker whose env raised, whose process died or that is stuck
     # (past step_timeout), this many times in all, before its failure stops training. Its envs
     # reset on fresh seeds; the episodes they were in are left out of the rollout (logged as
     # vec/worker_restarts). 0: the first failure is an error.
@@ -436,9 +436,9 @@ def _check_vec(v) -> None:
              "seconds > 0, or null to wait forever")
     _require(v.restart_failed_workers >= 0, "vec.restart_failed_workers", v.restart_failed_workers,
              "an integer >= 0")
-    _require(v.restart_failed_workers == 0 or v.backend == "multiprocessing", "vec.restart_failed_workers",
-             v.restart_failed_workers, f"0 with vec.backend={v.backend}: workers are restarted by "
-             "vec=multiprocessing only")
+    _require(v.restart_failed_workers == 0 or v.backend in ("multiprocessing", "ray"),
+             "vec.restart_failed_workers", v.restart_failed_workers,
+             f"0 with vec.backend={v.backend}: workers are restarted by vec=multiprocessing and vec=ray")
     _require(v.backend != "serial" or v.num_workers in (None, 1), "vec.num_workers", v.num_workers,
              "null with vec=serial (this process steps every env); workers need vec=multiprocessing or ray")
     if v.num_workers is not None:

@@ -60,7 +60,8 @@ def make_vecenv(cfg: DictConfig, env_creator):
     if settings["backend"] == "multiprocessing":  # autotune may pick more workers than cores
         extra = multiprocessing_options(v, settings.pop("overwork", False))
     elif settings["backend"] == "ray":
-        extra = {"address": v.ray_address, "step_timeout": v.step_timeout}
+        extra = {"address": v.ray_address, "step_timeout": v.step_timeout,
+                 "restart_failed_workers": v.restart_failed_workers}
     else:
         extra = {"step_timeout": v.step_timeout}
     return puffer.vector.make(env_creator, num_envs=v.num_envs, seed=cfg.seed, **settings, **extra)

@@ -241,7 +241,7 @@ def test_minigrid_and_toy_text_configs_build(make_cfg):
     "vec.batch_size=3", "vec.batch_size=0", "vec=multiprocessing vec.num_workers=3", "vec.start_method=bogus",
     "policy.activation=bogus", "policy.rnn=gru", "profile.timesteps=0", "mode.seconds=0",
     "env.validate_steps=-1", "train.log_interval=-1", "vec.autotune_seconds=0", "policy=cnn policy.layout=xy",
-    "logger.init_timeout=0", "policy.log_std_init=nan", "vec.restart_failed_workers=2",
+    "logger.init_timeout=0", "policy.log_std_init=nan", "vec.restart_failed_workers=2", "vec=auto vec.restart_failed_workers=1",
     "vec=multiprocessing vec.restart_failed_workers=-1", "eval.video_interval=-1"])
 def test_values_that_were_accepted_or_failed_late_are_rejected_by_key(make_cfg, overrides):
     last = overrides.split()[-1]

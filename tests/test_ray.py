@@ -217,3 +217,37 @@ def test_ctrl_c_while_ray_starts_leaves_no_ray_process(after):
     while marked() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not marked()
+
+
+def test_ray_workers_that_raise_die_or_hang_are_restarted(local_ray):
+    import signal
+    import time
+
+    from test_vector import hanging_cartpole
+
+    creators = [cartpole, functools.partial(crashing_cartpole, 3)]
+    with puffer.vector.make(creators, num_envs=2, num_workers=2, backend="ray", restart_failed_workers=3,
+                            step_timeout=2.0) as vec:
+        vec.reset(0)
+        for t in range(1, 7):  # env 1 raises at its 3rd step of each life
+            _, rew, term, trunc, _ = vec.step(np.zeros(2, int))
+            restarted = list(vec.pop_restarted())
+            assert restarted == ([1] if t % 3 == 0 else [])
+            if restarted:
+                assert trunc[1] and not term[1] and rew[1] == 0
+        assert vec.restarts == 2
+        os.kill(vec.local_worker_pids()[1], signal.SIGKILL)  # the actor of worker 1 dies (actor order)
+        vec.step(np.zeros(2, int))
+        assert list(vec.pop_restarted()) == [1] and vec.restarts == 3
+        with pytest.raises(WorkerError, match="after 3 restarts"):
+            for _ in range(3):
+                vec.step(np.zeros(2, int))
+    with puffer.vector.make([cartpole, hanging_cartpole], num_envs=2, num_workers=2, backend="ray",
+                            restart_failed_workers=1, step_timeout=2.0) as vec:
+        vec.reset(0)
+        started = time.monotonic()
+        restarted = []
+        for _ in range(6):  # env 1 hangs at its 5th step: killed past step_timeout, restarted
+            vec.step(np.zeros(2, int))
+            restarted.append(list(vec.pop_restarted()))
+        assert restarted[4] == [1] and vec.restarts == 1 and time.monotonic() - started < 30

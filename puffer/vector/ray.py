@@ -118,7 +118,8 @@ class Ray(VecEnv):
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
                  num_workers: int | None = None, batch_size: int | None = None,
                  zero_copy: bool = True, seed: int = 0, address: str | None = None,
-                 overwork: bool = True, step_timeout: float | None = 300.0, **unused):
+                 overwork: bool = True, step_timeout: float | None = 300.0,
+                 restart_failed_workers: int = 0, **unused):
         ray = _import_ray()
         check_reachable(address)
         # A cluster has more cores than this machine: the local core count is no limit here.
@@ -138,6 +139,12 @@ class Ray(VecEnv):
         self._sent_at: dict = {}  # ref -> when its command was sent
         self._idle: set[int] = set()
         self._received: list[int] | None = None
+        # self-healing, as in puffer.vector.multiprocessing: restarts left and done, and the env
+        # ids restarted since pop_restarted()
+        self.restart_budget = self.restarts_left = restart_failed_workers
+        self.restarts = 0
+        self._restarted_envs: list[int] = []
+        self._build = (creators, env_args, env_kwargs)
         try:
             self._start(address, creators, env_args, env_kwargs)
         except BaseException:  # Ctrl-C during start-up too: no Ray process or actor left behind
@@ -149,15 +156,47 @@ class Ray(VecEnv):
         if self._started_ray:
             self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
                            configure_logging=False)
+        self._actors = [self._new_actor(w) for w in range(self.num_workers)]
+        self._pending = {actor.ready.remote(): w for w, actor in enumerate(self._actors)}
+        self._drain()
+
+    def _new_actor(self, w: int):
+        creators, env_args, env_kwargs = self._build
         per = self.envs_per_worker
         # stack() in a concurrency group of its own, so that it answers while a step is stuck;
         # every other method stays in the default group, one at a time, in order
         remote = self._ray.remote(num_cpus=0, concurrency_groups={"inspect": 1})(_Worker)
-        for w in range(self.num_workers):
-            self._actors.append(remote.remote(creators[w * per : (w + 1) * per], env_args, env_kwargs,
-                                              w * per, self.agents_per_env))
-        self._pending = {actor.ready.remote(): w for w, actor in enumerate(self._actors)}
-        self._drain()
+        return remote.remote(creators[w * per : (w + 1) * per], env_args, env_kwargs, w * per,
+                             self.agents_per_env)
+
+    def _restarted(self, w: int, failure: str):
+        """A new actor for failed worker w, its envs reset on fresh seeds; its result reads as a
+        truncation of each env (see puffer.vector.multiprocessing). None past the budget."""
+        if self.restarts_left <= 0:
+            return None
+        self.restarts_left -= 1
+        self.restarts += 1
+        per = self.envs_per_worker
+        log.warning("ray worker %d (envs %d..%d) failed; restarting it (restart %d; %d more allowed by "
+                    "vec.restart_failed_workers): %s", w, w * per, (w + 1) * per - 1, self.restarts,
+                    self.restarts_left, failure.strip().splitlines()[-1] if failure.strip() else failure)
+        self._ray.kill(self._actors[w])
+        self._actors[w] = self._new_actor(w)
+        try:
+            result = self._ray.get(self._actors[w].reset.remote(self.seed + self.num_envs * self.restarts),
+                                   timeout=self.step_timeout)
+        except Exception as exc:  # any failure of the new actor is final
+            self.close()
+            raise WorkerError(f"ray worker {w} failed again while being restarted: {exc}") from exc
+        obs, rewards, terminals, truncations, masks, _ = result
+        self._restarted_envs.extend(range(w * per, (w + 1) * per))
+        return (obs, np.zeros_like(rewards), np.zeros_like(terminals), np.ones_like(truncations), masks, [])
+
+    def pop_restarted(self) -> list[int]:
+        if not self._restarted_envs:
+            return []
+        restarted, self._restarted_envs = self._restarted_envs, []
+        return restarted
 
     def local_worker_pids(self) -> list[int]:
         """The actors running on this machine (a local Ray's, or this node's of a cluster)."""
@@ -202,7 +241,7 @@ class Ray(VecEnv):
         for ref in ready:
             w = self._pending.pop(ref)
             self._sent_at.pop(ref, None)
-            obs, rewards, terminals, truncations, masks, worker_infos = self._get(ref, w)
+            obs, rewards, terminals, truncations, masks, worker_infos = self._get(ref, w, restart=True)
             rows = self._rows(w)
             b = self.buffers
             b.observations[rows], b.rewards[rows], b.terminals[rows] = obs, rewards, terminals
@@ -268,17 +307,29 @@ class Ray(VecEnv):
                 where = f"its stack:\n{stack}"
             except Exception as exc:  # the actor may be gone or hung in C: say so, then raise ours
                 where = f"it did not answer a request for its stack ({exc!r})"
+            stuck = (f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) has been busy with one "
+                     f"step for {now - sent:.0f} s (vec.step_timeout={self.step_timeout:g}); {where}")
+            if self.restarts_left > 0:  # killed, its step fails, and _get restarts it
+                log.warning("%s", stuck)
+                self._sent_at.pop(ref)
+                self._ray.kill(self._actors[w])
+                continue
             self.close()
-            raise WorkerError(f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) has been busy with one "
-                              f"step for {now - sent:.0f} s (vec.step_timeout={self.step_timeout:g}); {where}")
+            raise WorkerError(stuck)
 
-    def _get(self, ref, w: int):
+    def _get(self, ref, w: int, restart: bool = False):
+        """The result of `ref` from worker w; a failed step or reset (`restart`) restarts the
+        worker where vec.restart_failed_workers allows."""
         try:
             return self._ray.get(ref)
         except (self._ray.exceptions.RayTaskError, self._ray.exceptions.RayActorError) as exc:
+            result = self._restarted(w, str(exc)) if restart else None
+            if result is not None:
+                return result
             per = self.envs_per_worker
+            after = f" after {self.restarts} restarts (vec.restart_failed_workers)" if self.restarts else ""
             self.close()
-            raise WorkerError(f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) failed:\n{exc}") from exc
+            raise WorkerError(f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) failed{after}:\n{exc}") from exc
 
     def _drain(self) -> None:
         while self._pending:

@@ -53,6 +53,13 @@ def main(cfg: DictConfig) -> float:
 
 def cli() -> None:
     """The `puffer` command (and `python -m puffer`): Ctrl-C or SIGTERM exit with status 130."""
+    rank = int(os.environ.get("RANK", "0"))
+    if rank > 0:  # a torchrun rank but the first: its log goes to a directory of its own, not
+        # to a second outputs/<date>/<time> (rank 0's run directory holds the run)
+        import tempfile
+
+        sys.argv += [f"hydra.run.dir={tempfile.mkdtemp(prefix=f'puffer-rank{rank}-')}",
+                     "hydra.output_subdir=null"]
     try:
         main()
     except KeyboardInterrupt:

@@ -281,6 +281,17 @@ class ProfileConfig:
 
 
 @dataclass
+class DistConfig:
+    """Data-parallel learning under torchrun (puffer.distributed); ignored without a launcher."""
+
+    # auto: nccl on CUDA, gloo on CPU
+    backend: str = "auto"
+    # Seconds a collective (a gradient all-reduce, a checkpoint gather) may wait for the other
+    # ranks before it raises instead of hanging.
+    timeout: float = 300.0
+
+
+@dataclass
 class RunConfig:
     env: Any = MISSING
     vec: VecConfig = field(default_factory=VecConfig)
@@ -290,6 +301,7 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     mode: ModeConfig = field(default_factory=ModeConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
     seed: int = 0
     device: str = "auto"
     # A checkpoint file, a run directory (its newest checkpoint) or `latest` (newest under outputs/).
@@ -385,6 +397,9 @@ def validate(cfg) -> None:
                  f"a list of {LOGGER_BACKENDS}")
     _require(cfg.logger.mode in WANDB_MODES, "logger.mode", cfg.logger.mode,
              "offline, online, disabled or null")
+    _require(cfg.dist.backend in ("auto", "gloo", "nccl"), "dist.backend", cfg.dist.backend,
+             "auto, gloo or nccl")
+    _require(cfg.dist.timeout > 0, "dist.timeout", cfg.dist.timeout, "seconds > 0")
     _require(cfg.logger.init_timeout > 0, "logger.init_timeout", cfg.logger.init_timeout, "seconds > 0")
     if cfg.mode.name == "eval":
         _require(cfg.checkpoint is not None, "checkpoint", cfg.checkpoint,

@@ -20,6 +20,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from puffer import distributed
 from puffer.config import ConfigError
 from puffer.spaces import ObsLayout
 
@@ -39,14 +40,24 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, batch: torch.Tensor) -> None:
-        """Merge a batch of shape (n, *shape) into the statistics; an empty batch is ignored."""
-        n = batch.shape[0]
-        if n == 0:
-            return
+    def update(self, batch: torch.Tensor, across_ranks: bool = False) -> None:
+        """Merge a batch of shape (n, *shape) into the statistics; an empty batch is ignored.
+        `across_ranks` (every rank calls it together, under torchrun): the batches of all ranks
+        are merged as one, so the statistics stay the same on every rank."""
         batch = batch.to(self.mean.device, torch.float64)
-        batch_mean = batch.mean(0)
-        batch_var = batch.var(0, unbiased=False)
+        if across_ranks and distributed.context().parallel:
+            n, batch_mean, batch_var = distributed.moments(batch)
+            if n == 0:
+                return
+        else:
+            n = batch.shape[0]
+            if n == 0:
+                return
+            batch_mean = batch.mean(0)
+            batch_var = batch.var(0, unbiased=False)
+        self._merge(n, batch_mean, batch_var)
+
+    def _merge(self, n, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
         total = self.count + n
         delta = batch_mean - self.mean
         m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
@@ -56,6 +67,35 @@ class RunningMeanStd(nn.Module):
 
     def std(self) -> torch.Tensor:
         return (self.var + EPSILON).sqrt()
+
+    def snapshot(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.count.clone(), self.mean.clone(), self.var.clone()
+
+    @torch.no_grad()
+    def sync_ranks(self, since: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+        """Under torchrun, after each rank merged its own batches into the statistics they all
+        had at `since` (a snapshot): the statistics of `since` and every rank's batches together,
+        the same on every rank. Each rank's own part is recovered by inverting the merge."""
+        count0, mean0, var0 = since
+        n = self.count - count0
+        if n > 0:
+            part_mean = (self.mean * self.count - mean0 * count0) / n
+            m2 = (self.var * self.count - var0 * count0
+                  - (mean0 - part_mean).square() * count0 * n / self.count)
+            part_var = (m2 / n).clamp_min(0)
+        else:
+            part_mean, part_var = torch.zeros_like(self.mean), torch.zeros_like(self.var)
+        # the parts' moments summed over the ranks: count, sum, sum of squares
+        stats = distributed.all_sum(torch.cat([n.reshape(1), (part_mean * n).reshape(-1),
+                                               ((part_var + part_mean.square()) * n).reshape(-1)]))
+        self.count.copy_(count0)
+        self.mean.copy_(mean0)
+        self.var.copy_(var0)
+        total, size = stats[0], (len(stats) - 1) // 2
+        if total > 0:
+            mean = (stats[1 : 1 + size] / total).reshape(self.mean.shape)
+            var = ((stats[1 + size :] / total).reshape(self.var.shape) - mean.square()).clamp_min(0)
+            self._merge(total, mean, var)
 
 
 def float_columns(observation_space: spaces.Space) -> list[tuple[int, int, str, int, int]]:
@@ -109,7 +149,7 @@ class NormalizedPolicy(nn.Module):
     @torch.no_grad()
     def update_obs_stats(self, obs: torch.Tensor) -> None:
         """Merge a batch of flat rows (valid ones only: no dead agents or dummy reset steps)."""
-        self.obs_rms.update(self.float_values(obs))
+        self.obs_rms.update(self.float_values(obs), across_ranks=True)
 
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         values = self.float_values(obs)
@@ -154,6 +194,13 @@ class RewardScaler:
         self.gamma, self.clip = gamma, clip
         self.returns = torch.zeros(num_rows, dtype=torch.float64, device=device)
         self.return_rms = RunningMeanStd(()).to(device)
+        self._synced = self.return_rms.snapshot()  # the statistics all ranks last agreed on
+
+    def sync_ranks(self) -> None:
+        """Under torchrun, at the end of each rollout: every rank's returns in the statistics."""
+        if distributed.context().parallel:
+            self.return_rms.sync_ranks(self._synced)
+            self._synced = self.return_rms.snapshot()
 
     @torch.no_grad()
     def __call__(self, index, rewards: torch.Tensor, dones: torch.Tensor,
@@ -172,5 +219,6 @@ class RewardScaler:
         """Restore the statistics; with `returns`, also each row's running return (only when the
         envs themselves continue mid-episode)."""
         self.return_rms.load_state_dict(state["return_rms"])
+        self._synced = self.return_rms.snapshot()
         if returns:
             self.returns.copy_(state["returns"])

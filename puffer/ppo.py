@@ -15,6 +15,7 @@ from collections import defaultdict
 import torch
 from torch import nn
 
+from puffer import distributed
 from puffer.config import TrainConfig
 from puffer.models import ActionDist
 from puffer.optim import lr_scale
@@ -77,7 +78,8 @@ class PPO(Trainer):
                 for key, value in stats.items():
                     sums[key] += value
                 count += 1
-            if c.target_kl is not None and stats["approx_kl"] > c.target_kl:
+            # (under torchrun the ranks' mean, so that they all stop together)
+            if c.target_kl is not None and distributed.mean_over_ranks(stats["approx_kl"]) > c.target_kl:
                 break
         metrics = {f"train/{k}": v / count for k, v in sums.items()}
         valid_returns, valid_values = returns[r.valid], r.values[r.valid]
@@ -100,11 +102,15 @@ class PPO(Trainer):
         advantages, returns = self.advantages.reshape(-1)[index], returns.reshape(-1)[index]
         n = len(index)
         size = max(1, math.ceil(n / self.config.num_minibatches))
+        # under torchrun the ranks' valid counts differ: exactly num_minibatches each, so that
+        # every rank joins every gradient all-reduce
+        exact = self.world.parallel
 
         def epoch():
             order = torch.randperm(n, generator=self.generator).to(self.device)
-            for start in range(0, n, size):
-                mb = order[start : start + size]
+            parts = (torch.tensor_split(order, self.config.num_minibatches) if exact
+                     else (order[start : start + size] for start in range(0, n, size)))
+            for mb in parts:
                 yield obs[mb], actions[mb], logprobs[mb], values[mb], advantages[mb], returns[mb]
 
         return epoch
@@ -146,7 +152,12 @@ class PPO(Trainer):
         with torch.no_grad():
             approx_kl = mean((ratio - 1) - logratio)
             clipfrac = mean(((ratio - 1.0).abs() > self.clip_coef).float())
-        if c.norm_adv and len(advantages) > 1 and weights is None:
+        if c.norm_adv and self.world.parallel:  # the minibatches of all ranks as one
+            n, adv_mean, adv_var = distributed.moments(advantages.detach()[:, None] if weights is None
+                                                       else advantages.detach()[weights > 0][:, None])
+            std = (adv_var * n / max(float(n) - 1, 1.0)).sqrt() if weights is None else adv_var.sqrt()
+            advantages = (advantages - adv_mean.float()) / (std.float() + 1e-8)
+        elif c.norm_adv and len(advantages) > 1 and weights is None:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         elif c.norm_adv and len(advantages) > 1:
             centred = advantages - mean(advantages)
@@ -163,6 +174,7 @@ class PPO(Trainer):
         self._check_finite("loss", loss)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        distributed.average_gradients(self.policy.parameters())  # under torchrun
         grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
         self._check_finite("grad_norm", grad_norm)
         self.optimizer.step()

@@ -33,7 +33,7 @@ def env_name(cfg) -> str:
 def snapshot(trainer) -> dict:
     """The numbers both views show, from the trainer's latest metrics."""
     m = trainer.last_metrics
-    total = trainer.num_epochs * trainer.batch_size
+    total = trainer.num_epochs * trainer.steps_per_epoch
     sps = m.get("perf/sps", 0.0)
     return {
         "step": trainer.global_step, "total": total, "sps": sps,

@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import puffer.vector
-from puffer import checkpoint, profiler
+from puffer import checkpoint, distributed, profiler
 from puffer.agent import Agent, load, model_path
 from puffer.config import CONF_DIR, ConfigError, algorithm_class, resolve_device, validate
 from puffer.evaluation import evaluate
@@ -48,14 +48,16 @@ def make_env_creator(cfg: DictConfig, evaluation: bool = False):
     return instantiate(node, _partial_=True, _convert_="all", _recursive_=False)
 
 
-def make_vecenv(cfg: DictConfig, env_creator):
+def make_vecenv(cfg: DictConfig, env_creator, seed: int | None = None):
+    """The vector env of cfg.vec; env i is seeded `seed + i` (`seed`: cfg.seed, or a rank's)."""
+    seed = cfg.seed if seed is None else seed
     v = cfg.vec
     settings: dict[str, Any] = {"backend": v.backend, "num_workers": v.num_workers,
                                 "batch_size": v.batch_size}
     if v.backend == "auto":
         from puffer.vector.autotune import autotune
 
-        settings = autotune(env_creator, v.num_envs, seconds=v.autotune_seconds, seed=cfg.seed)
+        settings = autotune(env_creator, v.num_envs, seconds=v.autotune_seconds, seed=seed)
     extra: dict[str, Any] = {}
     if settings["backend"] == "multiprocessing":  # autotune may pick more workers than cores
         extra = multiprocessing_options(v, settings.pop("overwork", False))
@@ -64,7 +66,7 @@ def make_vecenv(cfg: DictConfig, env_creator):
                  "restart_failed_workers": v.restart_failed_workers}
     else:
         extra = {"step_timeout": v.step_timeout}
-    return puffer.vector.make(env_creator, num_envs=v.num_envs, seed=cfg.seed, **settings, **extra)
+    return puffer.vector.make(env_creator, num_envs=v.num_envs, seed=seed, **settings, **extra)
 
 
 def multiprocessing_options(v: DictConfig, overwork: bool = False) -> dict[str, Any]:
@@ -202,7 +204,11 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     if cfg.mode.name == "benchmark":
         return run_benchmark(cfg, run_dir)
     device = resolve_device(cfg.device)
-    seed_everything(cfg.seed)
+    # under torchrun: one rank of a data-parallel learner (puffer.distributed), seeded apart
+    ctx = (distributed.init(device, cfg.dist.backend, cfg.dist.timeout)
+           if cfg.mode.name == "train" else distributed.SINGLE)
+    device, seed = distributed.rank_device(device, ctx), cfg.seed + ctx.rank
+    seed_everything(seed)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupt)
     profiling = cfg.mode.name == "profile"
@@ -212,14 +218,16 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     sync = cfg.profile.sync_cuda if cfg.profile.sync_cuda is not None else profiling
 
     env_creator = make_env_creator(cfg)
-    vecenv = make_vecenv(cfg, env_creator)
+    vecenv = make_vecenv(cfg, env_creator, seed)
     logger = progress = None
     try:
         policy = make_policy(cfg, vecenv)
-        logger = make_logger(cfg, run_dir, hydra_job_info())
-        progress = ProgressReporter(cfg, interval=cfg.train.log_interval)
+        distributed.broadcast_parameters(policy)  # every rank starts from rank 0's weights
+        # rank 0 alone logs and draws progress (and writes checkpoints and evaluates)
+        logger = make_logger(cfg, run_dir, hydra_job_info()) if ctx.is_main else Logger()
+        progress = ProgressReporter(cfg, interval=cfg.train.log_interval) if ctx.is_main else None
         algorithm = algorithm_class(train_cfg._target_)
-        trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=cfg.seed, logger=logger,
+        trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=seed, logger=logger,
                             run_dir=None if profiling else run_dir, progress=progress,
                             full_config=OmegaConf.to_container(cfg, resolve=True),
                             profiler=Profiler(device, sync=sync),
@@ -231,6 +239,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
             log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,
                      trainer.global_step)
         metrics = train_until_done(trainer, cfg.profile.torch_trace and profiling, run_dir)
+        if not ctx.is_main:
+            return metrics
         progress.close()
         logger.log_table("perf/breakdown", ["section", "seconds", "percent"], profiler.rows(metrics))
         if profiling:
@@ -252,7 +262,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
         return metrics
     except KeyboardInterrupt:
-        log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
+        if ctx.is_main:
+            log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
         raise
     finally:
         if progress is not None:
@@ -260,6 +271,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         vecenv.close()
         if logger is not None:
             logger.close()
+        if ctx.enabled:
+            distributed.shutdown()
 
 
 def command_line() -> list[str] | None:
@@ -357,7 +370,9 @@ def train_until_done(trainer: Trainer, torch_trace: bool, run_dir: Path) -> dict
                         stop.path)
         raise
     except KeyboardInterrupt:
-        if trainer.run_dir is not None:
+        if trainer.world.parallel:  # the other ranks are not in this save's collectives
+            log.warning("stopped at once under torchrun: no interrupt checkpoint (the last epoch's stands)")
+        elif trainer.run_dir is not None:
             held = {signal.SIGINT, signal.SIGTERM}
             signal.pthread_sigmask(signal.SIG_BLOCK, held)
             try:

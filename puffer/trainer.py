@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from puffer import checkpoint, threads
+from puffer import checkpoint, distributed, threads
 from puffer.allocator import retain_freed_memory
 from puffer.config import TrainConfig
 from puffer.loggers.base import Logger
@@ -92,8 +92,11 @@ class Trainer:
                          if config.amp == "bf16" else contextlib.nullcontext)
         self.generator = torch.Generator().manual_seed(seed)
 
+        # Under torchrun, this is one of dist.world_size ranks, each with its own envs; the step
+        # counts below are of all ranks together (puffer.distributed).
+        self.world = distributed.context()
         T, N = config.num_steps, vecenv.num_agents
-        self.batch_size = T * N
+        self.batch_size = T * N  # this rank's samples per rollout
         self.threads = threads.plan(
             policy, vecenv.single_observation_space,
             minibatch_rows=math.ceil(self.batch_size / config.num_minibatches),
@@ -101,7 +104,8 @@ class Trainer:
             torch_threads=config.torch_threads, rollout_threads=config.rollout_threads,
             device=str(self.device))
         log.info("%s", self.threads.describe())
-        self.num_epochs = math.ceil(config.total_timesteps / self.batch_size)
+        self.steps_per_epoch = self.batch_size * self.world.world_size
+        self.num_epochs = math.ceil(config.total_timesteps / self.steps_per_epoch)
         self.rollout = Rollout(T, N, vecenv.single_observation_space, vecenv.action_shape,
                                vecenv.action_dtype, self.device, policy)
         reward_scaler = (RewardScaler(N, config.gamma, config.reward_clip, self.device)
@@ -120,16 +124,19 @@ class Trainer:
     # -- rollout -----------------------------------------------------------------------------
     @property
     def global_step(self) -> int:
-        """Actions sent to the envs so far (agent steps)."""
-        return self.collector.steps
+        """Actions sent to the envs so far (agent steps), by every rank together (the ranks
+        step in lockstep, a rollout each per epoch)."""
+        return self.collector.steps * self.world.world_size
 
     @global_step.setter
     def global_step(self, value: int) -> None:
-        self.collector.steps = value
+        self.collector.steps = value // self.world.world_size
 
     def collect(self) -> None:
         """Fill `self.rollout` with num_steps steps of every row (puffer.rollout.Collector)."""
         self.collector.collect()
+        if self.collector.reward_scaler is not None:
+            self.collector.reward_scaler.sync_ranks()
         self.check_rollout_finite()
 
     def check_rollout_finite(self) -> None:
@@ -184,6 +191,7 @@ class Trainer:
                        **self.threads.metrics()}
             elapsed = max(time.perf_counter() - started, 1e-9)
             metrics["perf/sps"] = (self.global_step - started_step) / elapsed
+            metrics = distributed.combine_metrics(metrics)  # means over the ranks
             metrics["train/epoch"] = self.epoch
             self.last_metrics.update(metrics)
             self.logger.log(metrics, self.global_step)
@@ -194,15 +202,26 @@ class Trainer:
             saved = None
             if c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0:
                 saved = self.save_checkpoint()
+            self.agree_on_requests()
             if (self.save_requested or self.stop_requested) and self.run_dir is not None and saved is None:
                 saved = self.save_checkpoint()
-                log.info("checkpoint saved to %s (requested)", saved)
+                if saved is not None:
+                    log.info("checkpoint saved to %s (requested)", saved)
             self.save_requested = False
             if self.stop_requested and self.epoch < self.num_epochs:
                 raise Stopped(self.stop_requested, saved)
         if self.run_dir is not None and not (c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0):
             self.save_checkpoint()
         return dict(self.last_metrics)
+
+    def agree_on_requests(self) -> None:
+        """Under torchrun a signal reaches one rank or all: every rank saves (rank 0 writes) and
+        stops together when any was asked to."""
+        if not self.world.parallel:
+            return
+        self.save_requested = distributed.any_rank(self.save_requested)
+        if distributed.any_rank(self.stop_requested is not None) and self.stop_requested is None:
+            self.stop_requested = "a signal to another rank"
 
     def _episode_metrics(self) -> dict[str, float]:
         stats = self.collector.pop_episode_stats()
@@ -212,11 +231,23 @@ class Trainer:
         return metrics
 
     # -- checkpoints -------------------------------------------------------------------------
+    def rank_state(self) -> dict:
+        """What differs between torchrun ranks: random states and the envs with their rollout
+        bookkeeping."""
+        return {"threads": self.threads.state_dict(),
+                "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()},
+                "rollout": self.collector.state_dict()}
+
     def state_dict(self) -> dict:
         """Everything needed to continue bit for bit: weights, optimizer (and so the LR schedule
         position with `epoch`), counters, random states, and, where the backend can capture them,
-        the envs mid-episode with the observation the next step starts from."""
-        return {
+        the envs mid-episode with the observation the next step starts from. Under torchrun
+        every rank's own part is gathered into `ranks` (rank 0 returns the whole state, the
+        other ranks None)."""
+        parts = distributed.gather_to_main(self.rank_state())
+        if parts is None:
+            return None
+        state = {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "epoch": self.epoch,
@@ -224,23 +255,42 @@ class Trainer:
             "train_config": asdict(self.config),
             "config": self.full_config,
             "seed": self.seed,
-            "threads": self.threads.state_dict(),
-            "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()},
-            "rollout": self.collector.state_dict(),
+            **parts[0],
         }
+        if self.world.enabled:
+            state["ranks"] = parts
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.global_step = state["epoch"], state["global_step"]
         self.epoch_end_step = self.global_step
-        checkpoint.set_rng_state(state["rng"])
-        self.generator.set_state(state["rng"]["generator"])
-        if "threads" in state:
-            self.threads = threads.resumed(self.threads, state["threads"], self.config)
-        self.collector.load_state_dict(state.get("rollout"))
+        own = self.own_rank_state(state)
+        if own is None:  # a rank the checkpoint did not have: envs and randomness from its seed
+            return
+        checkpoint.set_rng_state(own["rng"])
+        self.generator.set_state(own["rng"]["generator"])
+        if "threads" in own:
+            self.threads = threads.resumed(self.threads, own["threads"], self.config)
+        self.collector.load_state_dict(own.get("rollout"))
 
-    def save_checkpoint(self, interrupted: bool = False) -> Path:
+    def own_rank_state(self, state: dict) -> dict | None:
+        """This rank's part of a checkpoint; with another world size than it was saved with, a
+        warning says what is not restored."""
+        ranks = state.get("ranks")
+        saved_world = len(ranks) if ranks else 1
+        if saved_world != self.world.world_size:
+            if self.world.is_main:
+                log.warning("the checkpoint was saved by %d rank(s), this run has %d: weights, optimizer "
+                            "and counters are restored; the envs and random states of ranks the "
+                            "checkpoint lacks start from their seeds (the run is not bit-identical)",
+                            saved_world, self.world.world_size)
+        if ranks is None:
+            return state if self.world.rank == 0 else None
+        return ranks[self.world.rank] if self.world.rank < len(ranks) else None
+
+    def save_checkpoint(self, interrupted: bool = False) -> Path | None:
         """checkpoints/epoch_N.pt after N epochs. `interrupted` (stopped inside an epoch):
         epoch_N_interrupted.pt beside it, counting only the steps of completed epochs, since
         the unfinished epoch's steps were never learned from."""
@@ -252,6 +302,8 @@ class Trainer:
                                      "not writing a poisoned checkpoint")
         directory = self.run_dir / "checkpoints"
         state = self.state_dict()
+        if state is None:  # a torchrun rank other than 0: its part went to rank 0
+            return None
         name = f"epoch_{self.epoch:06d}"
         if interrupted:
             state["global_step"] = self.epoch_end_step

@@ -150,3 +150,20 @@ def test_normalized_run_resumes_bit_for_bit(make_cfg, tmp_path, vec):
         assert torch.equal(value, resumed["policy"][key]), key
     assert torch.equal(full["rollout"]["reward_scaler"]["returns"],
                        resumed["rollout"]["reward_scaler"]["returns"])
+
+
+def test_a_ranks_own_batches_are_recovered_from_merged_statistics_when_ranks_sync():
+    """sync_ranks() takes back out of the statistics what this rank merged since the snapshot
+    (then sums it with the other ranks'); with one process the statistics come back unchanged."""
+    from puffer.normalize import RunningMeanStd
+
+    rng = np.random.default_rng(0)
+    rms = RunningMeanStd((3,))
+    rms.update(torch.from_numpy(rng.normal(2, 3, (50, 3))))
+    since = rms.snapshot()
+    for n in (7, 30, 1):
+        rms.update(torch.from_numpy(rng.normal(-1, 0.5, (n, 3))))
+    expected = rms.snapshot()
+    rms.sync_ranks(since)
+    for got, want in zip(rms.snapshot(), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)

@@ -67,7 +67,7 @@ def test_profile_mode_prints_a_breakdown_and_a_verdict_and_writes_a_trace(make_c
 
 def test_dashboard_shows_progress_sections_and_losses():
     class Trainer:
-        global_step, num_epochs, batch_size, epoch = 2048, 10, 512, 4
+        global_step, num_epochs, steps_per_epoch, epoch = 2048, 10, 512, 4
         last_metrics = {"perf/sps": 1000.0, "perf/env_pct": 40.0, "perf/learn_pct": 50.0,
                         "train/policy_loss": -0.01, "env/episode_return": 42.0}
 
@@ -129,7 +129,7 @@ def test_log_records_go_through_the_dashboards_console_while_it_is_up(make_cfg):
         reporter = ProgressReporter(make_cfg(), live=True)
 
         class Trainer:
-            last_metrics, global_step, epoch, num_epochs, batch_size = {}, 0, 0, 4, 256
+            last_metrics, global_step, epoch, num_epochs, steps_per_epoch = {}, 0, 0, 4, 256
 
         reporter(Trainer())
         assert handler.stream is not sys.__stderr__ and handler.stream is sys.stderr  # rich's proxy

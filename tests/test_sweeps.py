@@ -87,6 +87,12 @@ def test_slurm_launcher_config_resolves():
     assert compose_with_sweeps("hydra/launcher=local_parallel").hydra.launcher.n_jobs == 2
 
 
+def test_slurm_data_parallel_launcher_config_resolves():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    launcher = compose_with_sweeps("hydra/launcher=slurm_ddp", "hydra.launcher.nodes=2").hydra.launcher
+    assert launcher.tasks_per_node == launcher.gpus_per_node == 4 and launcher.nodes == 2
+
+
 def test_ray_launcher_config_resolves_for_a_cluster():
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     launcher = compose_with_sweeps("hydra/launcher=ray_cluster",

@@ -17,6 +17,7 @@ import psutil
 import pytest
 import torch
 from gymnasium.utils import EzPickle
+from test_vector import Crashing
 
 import puffer.config
 import puffer.vector
@@ -401,26 +402,12 @@ def test_a_full_disk_under_the_metrics_file_is_said_once_and_training_code_goes_
     assert "metrics.jsonl" in errors[0].getMessage()
 
 
-class CrashesEvery(gym.Wrapper):
-    """CartPole whose env raises at its `every`-th step of each life (a flaky simulator)."""
-
-    def __init__(self, env, every):
-        super().__init__(env)
-        self.every, self.t = every, 0
-
-    def step(self, action):
-        self.t += 1
-        if self.t % self.every == 0:
-            raise RuntimeError(f"simulator crashed at step {self.t}")
-        return self.env.step(action)
-
-
 def flaky_cartpole(every=20):
-    return GymnasiumPufferEnv(env=CrashesEvery(gym.make("CartPole-v1"), every))
+    return GymnasiumPufferEnv(env=Crashing(gym.make("CartPole-v1"), every))
 
 
 def flaky_every_150(render_mode=None):
-    return CrashesEvery(gym.make("CartPole-v1", render_mode=render_mode), 150)
+    return Crashing(gym.make("CartPole-v1", render_mode=render_mode), 150)
 
 
 def test_the_interrupted_episode_of_a_restarted_worker_is_left_out_of_the_rollout(caplog):
@@ -463,5 +450,5 @@ def test_training_goes_on_through_worker_restarts_and_logs_them(make_cfg, tmp_pa
     assert metrics["train/epoch"] == 8 and metrics["vec/worker_restarts"] >= 3
     logged = [m["vec/worker_restarts"] for m in read_metrics(tmp_path / "healed" / "metrics.jsonl")]
     assert logged == sorted(logged) and logged[0] < logged[-1]
-    with pytest.raises(puffer.vector.WorkerError, match="simulator crashed at step 150"):
+    with pytest.raises(puffer.vector.WorkerError, match="boom at step 150"):
         run(make_cfg(*small), tmp_path / "plain")  # without restarts the first crash stops it

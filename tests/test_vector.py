@@ -22,13 +22,15 @@ def cartpole():
 
 
 class Crashing(gym.Wrapper):
+    """Raises at every `crash_at`-th step of its life (a flaky simulator)."""
+
     def __init__(self, env, crash_at):
         super().__init__(env)
         self.crash_at, self.t = crash_at, 0
 
     def step(self, action):
         self.t += 1
-        if self.t == self.crash_at:
+        if self.t % self.crash_at == 0:
             raise ValueError(f"boom at step {self.t}")
         return self.env.step(action)
 

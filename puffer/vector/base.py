@@ -23,6 +23,9 @@ from puffer.emulation import Buffers, PufferEnv
 
 log = logging.getLogger(__name__)
 
+# pop_restarted()'s answer when no worker was restarted (shared, never mutated)
+NO_RESTARTS: list[int] = []
+
 
 class Received(NamedTuple):
     """What `VecEnv.recv()` returns: one row per agent of the envs received (`env_ids`), as
@@ -190,15 +193,47 @@ class VecEnv:
     def set_state(self, state: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot restore env state")
 
-    # Self-healing (puffer.vector.multiprocessing): failed workers that may be restarted in all,
-    # and how many were.
+    # Self-healing (vec.restart_failed_workers; Multiprocessing and Ray): failed workers that may
+    # be restarted in all, how many were, and the env ids restarted since pop_restarted().
     restart_budget = 0
     restarts = 0
+    _restarted_envs: list[int] = NO_RESTARTS
 
     def pop_restarted(self) -> list[int]:
-        """Env ids whose failed worker was restarted since the last call (backends that restart
-        workers: puffer.vector.multiprocessing); their last step came back as a truncation."""
-        return []
+        """Env ids whose failed worker was restarted since the last call; their last step came
+        back as a truncation (see count_restart)."""
+        if not self._restarted_envs:  # every recv() of the collector asks: no allocation then
+            return NO_RESTARTS
+        restarted, self._restarted_envs = self._restarted_envs, []
+        return restarted
+
+    @property
+    def restarts_left(self) -> int:
+        return self.restart_budget - self.restarts
+
+    def count_restart(self, worker: int, envs_per_worker: int, failure: str, name: str = "worker") -> bool:
+        """Count a restart of failed `worker` against vec.restart_failed_workers and log it; False
+        (nothing counted) when none is left. The backend then restarts it, resets its envs on fresh
+        seeds (`restart_seed()`) and returns their step as a truncation with no reward; its env ids
+        are reported by pop_restarted(), so that the collector drops the interrupted episodes."""
+        if self.restarts_left <= 0:
+            return False
+        self.restarts += 1
+        first, last = worker * envs_per_worker, (worker + 1) * envs_per_worker - 1
+        reason = failure.strip().splitlines()[-1] if failure.strip() else failure
+        log.warning("%s %d (envs %d..%d) failed; restarting it (restart %d; %d more allowed by "
+                    "vec.restart_failed_workers): %s", name, worker, first, last, self.restarts,
+                    self.restarts_left, reason)
+        self._restarted_envs = [*self._restarted_envs, *range(first, last + 1)]
+        return True
+
+    def restart_seed(self) -> int:
+        """Seeds for the envs of the k-th restart: seed + num_envs * k never repeats one in use."""
+        return self.seed + self.num_envs * self.restarts
+
+    def after_restarts(self) -> str:
+        """For a final failure's message."""
+        return f" after {self.restarts} restarts (vec.restart_failed_workers)" if self.restarts else ""
 
     def local_worker_pids(self) -> list[int]:
         """Processes on this machine that step envs for this vector env and are not children of

@@ -71,7 +71,6 @@ log = logging.getLogger(__name__)
 IDLE, RESET, STEP, CLOSE, SAVE, LOAD = 0, 1, 2, 3, 4, 5
 BUILD = -1  # worker 0's first command when the main process steps it: build its envs
 BUSY, READY, ERROR = 0, 1, 2
-NOTHING: list[int] = []  # pop_restarted()'s answer when no worker was restarted (never mutated)
 
 
 class WorkerError(EnvError):
@@ -214,12 +213,9 @@ class Multiprocessing(VecEnv):
         # when each worker's command was sent, and which (plain lists: ~30 ns a write per step)
         self._sent_at = [time.monotonic()] * num_workers
         self._command_of = [BUILD] * num_workers  # workers start by building their envs
-        # Self-healing: how many failed workers may still be restarted, how many were, the env
-        # ids restarted since pop_restarted(), and restarted workers whose `done` releases are
+        # Self-healing (VecEnv.count_restart), and restarted workers whose `done` releases are
         # already matched (so _claim must not match them again).
         self.restart_budget = restart_failed_workers
-        self.restarts_left, self.restarts = restart_failed_workers, 0
-        self._restarted_envs: list[int] = []
         self._prematched: set[int] = set()
 
         specs = Buffers.specs(self.single_observation_space, self.num_agents)
@@ -348,14 +344,6 @@ class Multiprocessing(VecEnv):
             self._finalizer()
         super().close()
 
-    def pop_restarted(self) -> list[int]:
-        """Env ids whose worker was restarted since the last call (their step came back as a
-        truncation; the episode they were in is lost)."""
-        if not self._restarted_envs:  # every recv() asks: no allocation then
-            return NOTHING
-        restarted, self._restarted_envs = self._restarted_envs, []
-        return restarted
-
     @property
     def processes(self) -> list:
         """The worker processes (worker 0 is not one when the main process steps it)."""
@@ -381,14 +369,9 @@ class Multiprocessing(VecEnv):
         allows and it failed stepping or resetting (a failed save or load is not repeated). Then
         its step's result is a truncation of each of its envs, and the worker is READY with its
         `done` releases matched. False when it is not restarted (the caller raises)."""
-        if self.restarts_left <= 0 or self._command_of[w] not in (STEP, RESET):
+        if self._command_of[w] not in (STEP, RESET) or not self.count_restart(w, self.envs_per_worker, failure):
             return False
-        self.restarts_left -= 1
-        self.restarts += 1
         per = self.envs_per_worker
-        log.warning("worker %d (envs %d..%d) failed; restarting it (restart %d; %d more allowed by "
-                    "vec.restart_failed_workers): %s", w, w * per, (w + 1) * per - 1, self.restarts,
-                    self.restarts_left, failure.strip().splitlines()[-1] if failure.strip() else failure)
         if w in self._processes:
             old = self._processes[w]
             if old.is_alive():
@@ -410,10 +393,9 @@ class Multiprocessing(VecEnv):
                 log.warning("worker 0's failed envs did not close cleanly: %r", exc)
             self._run_in_main(BUILD, (creators[:per], env_args, env_kwargs))
             self._await_restarted(w)
-        # fresh seeds: seed + num_envs * k for the k-th restart never repeats a seed in use. (A
-        # worker failing inside async_reset's RESET may race another worker still reading the
+        # fresh seeds (restart_seed). (A worker failing inside async_reset's RESET may race another worker still reading the
         # reset seed: that worker then starts on these seeds instead; nothing else differs.)
-        self._seed[:] = (self.seed + self.num_envs * self.restarts, 1)
+        self._seed[:] = (self.restart_seed(), 1)
         self._dispatch([w], RESET)
         self._await_restarted(w)
         self._has_message[w] = False  # reset infos carry no episode
@@ -421,7 +403,6 @@ class Multiprocessing(VecEnv):
         self.buffers.rewards[rows] = 0
         self.buffers.terminals[rows] = False
         self.buffers.truncations[rows] = True
-        self._restarted_envs.extend(range(w * per, (w + 1) * per))
         return True
 
     def _await_restarted(self, w: int) -> None:
@@ -565,12 +546,11 @@ class Multiprocessing(VecEnv):
             per = self.envs_per_worker
             where = "" if w in self._processes else ", in the main process"
             raise WorkerError(
-                f"worker {w} (envs {w * per}..{(w + 1) * per - 1}{where}) failed{self._after()}:\n{message}"
+                f"worker {w} (envs {w * per}..{(w + 1) * per - 1}{where}) failed{self.after_restarts()}:\n{message}"
             )
         self._in_flight.discard(w)
 
-    def _after(self) -> str:
-        return f" after {self.restarts} restarts (vec.restart_failed_workers)" if self.restarts else ""
+
 
     def _message(self, w: int):
         if w not in self._processes:
@@ -598,7 +578,7 @@ class Multiprocessing(VecEnv):
                 self.close()
                 per = self.envs_per_worker
                 raise WorkerError(
-                    f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) {died}{self._after()}"
+                    f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) {died}{self.after_restarts()}"
                 )
 
 
@@ -631,7 +611,7 @@ class Multiprocessing(VecEnv):
                 self._prematched.add(w)
                 continue
             self.close()
-            raise WorkerError(stuck + self._after())
+            raise WorkerError(stuck + self.after_restarts())
 
 
 def _status(pid: int) -> str:

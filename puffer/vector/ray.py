@@ -139,11 +139,7 @@ class Ray(VecEnv):
         self._sent_at: dict = {}  # ref -> when its command was sent
         self._idle: set[int] = set()
         self._received: list[int] | None = None
-        # self-healing, as in puffer.vector.multiprocessing: restarts left and done, and the env
-        # ids restarted since pop_restarted()
-        self.restart_budget = self.restarts_left = restart_failed_workers
-        self.restarts = 0
-        self._restarted_envs: list[int] = []
+        self.restart_budget = restart_failed_workers  # self-healing: VecEnv.count_restart
         self._build = (creators, env_args, env_kwargs)
         try:
             self._start(address, creators, env_args, env_kwargs)
@@ -172,31 +168,17 @@ class Ray(VecEnv):
     def _restarted(self, w: int, failure: str):
         """A new actor for failed worker w, its envs reset on fresh seeds; its result reads as a
         truncation of each env (see puffer.vector.multiprocessing). None past the budget."""
-        if self.restarts_left <= 0:
+        if not self.count_restart(w, self.envs_per_worker, failure, name="ray worker"):
             return None
-        self.restarts_left -= 1
-        self.restarts += 1
-        per = self.envs_per_worker
-        log.warning("ray worker %d (envs %d..%d) failed; restarting it (restart %d; %d more allowed by "
-                    "vec.restart_failed_workers): %s", w, w * per, (w + 1) * per - 1, self.restarts,
-                    self.restarts_left, failure.strip().splitlines()[-1] if failure.strip() else failure)
         self._ray.kill(self._actors[w])
         self._actors[w] = self._new_actor(w)
         try:
-            result = self._ray.get(self._actors[w].reset.remote(self.seed + self.num_envs * self.restarts),
-                                   timeout=self.step_timeout)
+            result = self._ray.get(self._actors[w].reset.remote(self.restart_seed()), timeout=self.step_timeout)
         except Exception as exc:  # any failure of the new actor is final
             self.close()
             raise WorkerError(f"ray worker {w} failed again while being restarted: {exc}") from exc
         obs, rewards, terminals, truncations, masks, _ = result
-        self._restarted_envs.extend(range(w * per, (w + 1) * per))
         return (obs, np.zeros_like(rewards), np.zeros_like(terminals), np.ones_like(truncations), masks, [])
-
-    def pop_restarted(self) -> list[int]:
-        if not self._restarted_envs:
-            return []
-        restarted, self._restarted_envs = self._restarted_envs, []
-        return restarted
 
     def local_worker_pids(self) -> list[int]:
         """The actors running on this machine (a local Ray's, or this node's of a cluster)."""
@@ -327,7 +309,7 @@ class Ray(VecEnv):
             if result is not None:
                 return result
             per = self.envs_per_worker
-            after = f" after {self.restarts} restarts (vec.restart_failed_workers)" if self.restarts else ""
+            after = self.after_restarts()
             self.close()
             raise WorkerError(f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) failed{after}:\n{exc}") from exc
 

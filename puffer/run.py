@@ -158,6 +158,11 @@ def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
     the CLI's) and files; returns a `Result` with the agent loaded from its model.pt."""
     from hydra import compose, initialize_config_dir
 
+    from puffer.__main__ import check_env_choices
+
+    problem = check_env_choices(list(overrides))
+    if problem is not None:
+        raise ConfigError(problem)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
     run_dir = Path(run_dir or Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))

@@ -12,6 +12,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+import puffer
 from puffer.config import ConfigError, validate
 from puffer.emulation import PufferEnv
 from puffer.run import make_env_creator
@@ -251,3 +252,23 @@ def test_values_that_were_accepted_or_failed_late_are_rejected_by_key(make_cfg, 
     key, value = last.split("=")
     with pytest.raises(ConfigError, match=rf"^{re.escape(key)}="):
         validate(make_cfg(*overrides.split()))
+
+
+def test_a_wrong_env_name_suggests_the_nearest_configs_before_hydra_starts(cli):
+    result = cli("-m", "env=classic/cartpole,box2d/lunarlandr", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "env=box2d/lunarlandr: no such env config; did you mean box2d/lunarlander" in result.stderr
+    with pytest.raises(ConfigError, match="env=classic/cartpol: .*did you mean classic/cartpole"):
+        puffer.train("env=classic/cartpol")
+
+
+def test_info_envs_lists_every_env_config_with_what_it_runs_and_needs(cli):
+    from puffer.envs.catalog import env_names
+
+    listing = cli("--info", "envs").stdout.splitlines()
+    names = [line.split()[0] for line in listing[1:]]
+    assert names == env_names() and len(names) >= 20 and "atari/default" not in names
+    rows = {line.split()[0]: line for line in listing[1:]}
+    assert "CartPole-v1" in rows["classic/cartpole"] and rows["classic/cartpole"].endswith("-")
+    assert "breakout" in rows["atari/breakout"] and "pip install 'puffer[atari]'" in rows["atari/breakout"]
+    assert "any: env.id=" in rows["classic/gym"]

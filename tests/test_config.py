@@ -272,3 +272,27 @@ def test_info_envs_lists_every_env_config_with_what_it_runs_and_needs(cli):
     assert "CartPole-v1" in rows["classic/cartpole"] and rows["classic/cartpole"].endswith("-")
     assert "breakout" in rows["atari/breakout"] and "pip install 'puffer[atari]'" in rows["atari/breakout"]
     assert "any: env.id=" in rows["classic/gym"]
+
+
+def concrete_env_configs() -> list[str]:
+    """Every shipped env config that names its env (not the 'any id' ones)."""
+    from puffer.envs.catalog import catalog
+
+    return [row.name for row in catalog() if not row.runs.startswith("any:")]
+
+
+@pytest.mark.parametrize("name", concrete_env_configs())
+def test_every_shipped_env_config_trains_an_epoch_evaluates_and_saves(make_cfg, tmp_path, name):
+    from puffer.envs.catalog import EXTRAS
+
+    family = name.split("/")[0]
+    if family in EXTRAS:
+        pytest.importorskip(EXTRAS[family][1])
+    from puffer.run import run
+
+    # the config as shipped, made small: 2 envs x 32 steps, one epoch, a short evaluation episode
+    metrics = run(make_cfg(f"env={name}", "vec.num_envs=2", "vec.batch_size=null", "train.num_steps=32",
+                           "train.num_minibatches=2", "train.total_timesteps=64", "eval.episodes=1",
+                           "eval.max_steps=20"), tmp_path)
+    assert metrics["train/epoch"] == 1 and (tmp_path / "model.pt").is_file()
+    assert "eval/return_mean" in metrics or metrics.get("eval/truncated") == 1

@@ -70,7 +70,7 @@ def test_grid_configs_resolve(sweep, key):
     assert key in cfg.hydra.sweeper.params
 
 
-@pytest.mark.parametrize("suite", ["classic", "box2d", "mujoco", "atari", "pettingzoo"])
+@pytest.mark.parametrize("suite", ["classic", "box2d", "mujoco", "minigrid", "atari", "pettingzoo"])
 def test_every_suite_sweep_lists_env_configs_that_compose(suite):
     cfg = compose_with_sweeps(f"+suite={suite}")
     envs = cfg.hydra.sweeper.params.env.split(",")

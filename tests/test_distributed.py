@@ -154,16 +154,20 @@ def test_slurm_tasks_of_the_submitit_launcher_become_ranks(monkeypatch):
     pytest.importorskip("submitit")
     from puffer import distributed
 
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(key, raising=False)
+    # submitit writes os.environ itself: a copy of it here, so nothing leaks into later tests
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items()
+                                        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                     "MASTER_PORT")})
     slurm = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "123", "SLURM_NTASKS": "4", "SLURM_PROCID": "3",
              "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[7-8]"}
-    for key, value in slurm.items():
-        monkeypatch.setenv(key, value)
+    os.environ.update(slurm)
     assert distributed.launched()
     assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("3", "4", "1")
     assert os.environ["MASTER_ADDR"] == "gpu7"
-    monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: a plain run
-    for key in ("RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(key)
+    os.environ["SLURM_NTASKS"] = "1"  # one task: a plain run
+    del os.environ["RANK"], os.environ["WORLD_SIZE"]
     assert not distributed.launched()
+
+
+def test_no_launcher_variable_leaks_out_of_these_tests():
+    assert not {"RANK", "WORLD_SIZE", "SUBMITIT_EXECUTOR"} & set(os.environ)

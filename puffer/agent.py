@@ -92,8 +92,13 @@ class Agent:
                 raise ValueError(f"observation of shape {array.shape}: expected {flat.shape} or "
                                  f"(batch, *{flat.shape})")
             return (array if batched else array[None]), batched
-        first = np.asarray(get_path(obs, layout.leaves[0].path))
-        batched = first.ndim == len(layout.leaves[0].shape) + 1
+        leaf = layout.leaves[0]
+        first = get_path(obs, leaf.path)
+        if isinstance(leaf.space, spaces.Text):  # a string, or a batch of them
+            batched = not isinstance(first, str)
+        else:
+            first = np.asarray(first)
+            batched = first.ndim == len(leaf.shape) + 1
         rows = np.zeros((len(first) if batched else 1, *flat.shape), dtype=flat.dtype)
         layout.write(layout.leaf_views(rows), obs)  # a single observation broadcasts into row 0
         return rows, batched

@@ -85,11 +85,28 @@ class ImageEncoder(nn.Module):
         return self.linear(self.convs(frames.float() / 255.0))
 
 
+TEXT_EMBEDDING, TEXT_FEATURES = 16, 64
+
+
+class TextEncoder(nn.Module):
+    """A Text leaf's character codes -> features: a learned embedding per character (code 0, the
+    padding, embeds to zeros), the sequence flattened in order, then a linear layer and ReLU."""
+
+    def __init__(self, vocabulary: int, max_length: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocabulary + 1, TEXT_EMBEDDING, padding_idx=0)
+        self.project = nn.Sequential(layer_init(nn.Linear(max_length * TEXT_EMBEDDING, TEXT_FEATURES)), nn.ReLU())
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.project(self.embed(codes.long()).flatten(1))
+
+
 class ObsEncoder(nn.Module):
     """Flat observations -> float features. A Box is flattened; a structured space (the emulated
     FlatBox remembers it) is unflattened and each leaf encoded: images (uint8 frames of 36x36 or
     more) by a small CNN each, other Boxes as floats, Discrete and MultiDiscrete as one-hots,
-    MultiBinary as 0/1 floats; the leaves are concatenated."""
+    MultiBinary as 0/1 floats, Text by a character embedding (TextEncoder); the leaves are
+    concatenated."""
 
     def __init__(self, observation_space: spaces.Space):
         super().__init__()
@@ -101,10 +118,14 @@ class ObsEncoder(nn.Module):
         self.encoders = []
         self.out_dim = 0
         self.cnns = nn.ModuleList()  # one small Nature torso per image leaf
+        self.texts = nn.ModuleList()  # one character embedding per text leaf
         for leaf in self.layout.leaves:
             if is_image(leaf.space):
                 encode = ("cnn", [IMAGE_FEATURES], len(self.cnns))
                 self.cnns.append(ImageEncoder(leaf.shape))
+            elif isinstance(leaf.space, spaces.Text):
+                encode = ("text", [TEXT_FEATURES], len(self.texts))
+                self.texts.append(TextEncoder(len(leaf.space.character_set), leaf.size))
             elif isinstance(leaf.space, spaces.Discrete):
                 encode = ("onehot", [int(leaf.space.n)], [int(leaf.space.start)])
             elif isinstance(leaf.space, spaces.MultiDiscrete):
@@ -124,6 +145,9 @@ class ObsEncoder(nn.Module):
                 parts.append(self.cnns[starts](value.reshape(batch, *value.shape[-3:])))
                 continue
             value = value.reshape(batch, -1)
+            if kind == "text":
+                parts.append(self.texts[starts](value))
+                continue
             if kind == "float":
                 parts.append(value.float())
                 continue

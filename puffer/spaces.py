@@ -11,11 +11,17 @@ Layout rules:
 - Any other observation becomes a 1-D row. If every leaf has one dtype, the row has that dtype;
   otherwise the row is bytes (uint8) and each leaf sits at an offset aligned to its item size,
   so a batch of rows can be *viewed* (no copy) as each leaf's dtype, in numpy and in torch.
+- A Text leaf is `max_length` int32 character codes: 0 pads, i + 1 is the i-th character of the
+  space's sorted character set (`text_codes`, `text_of`); MiniGrid's MissionSpace (a string
+  space with no declared length or characters) is read as Text over printable ASCII of at most
+  MISSION_LENGTH characters. `ObsLayout.native(row)` gives the strings back exactly.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import string
 from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +34,44 @@ log = logging.getLogger(__name__)
 # Float leaves already warned about being outside their bounds (once per env and key path).
 _warned_bounds: set[str] = set()
 
-LEAF_TYPES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+LEAF_TYPES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Text)
+# MiniGrid's missions ("use the key to open the door and then get to the goal") fit easily.
+MISSION_LENGTH = 128
+
+
+def text_space(space: spaces.Space) -> spaces.Text | None:
+    """The Text a string-valued space is read as: itself, or for MiniGrid's MissionSpace (no
+    length or characters declared) printable ASCII up to MISSION_LENGTH; None for other spaces."""
+    if isinstance(space, spaces.Text):
+        return space
+    if type(space).__name__ == "MissionSpace":
+        return spaces.Text(MISSION_LENGTH, min_length=0, charset=string.printable)
+    return None
+
+
+def _charset(space: spaces.Text) -> tuple[str, dict[str, int]]:
+    """The sorted characters of a Text space, and each one's code (its index + 1; 0 pads)."""
+    return _charset_codes(frozenset(space.character_set))
+
+
+@functools.lru_cache(maxsize=64)
+def _charset_codes(character_set: frozenset) -> tuple[str, dict[str, int]]:
+    characters = "".join(sorted(character_set))
+    return characters, {c: i + 1 for i, c in enumerate(characters)}
+
+
+def text_codes(space: spaces.Text, text: str) -> np.ndarray:
+    """A string as `space.max_length` int32 codes, 0-padded."""
+    _, index = _charset(space)
+    codes = np.zeros(space.max_length, np.int32)
+    codes[: len(text)] = [index[c] for c in text]
+    return codes
+
+
+def text_of(space: spaces.Text, codes) -> str:
+    """The string behind a row of codes (numpy or torch), up to the first 0."""
+    characters, _ = _charset(space)
+    return "".join(characters[int(c) - 1] for c in np.asarray(codes).ravel() if c > 0)
 
 
 class SpaceError(ValueError):
@@ -66,22 +109,28 @@ def iter_leaves(space: spaces.Space, path: tuple = (), root: str = "space"):
             yield from iter_leaves(sub, path + (index,), root)
     elif isinstance(space, LEAF_TYPES):
         yield path, space
+    elif text_space(space) is not None:
+        yield path, text_space(space)
     else:
         raise SpaceError(
             f"{format_path(root, path)} is a {type(space).__name__}; puffer emulates Box, "
-            "Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple nests of them"
+            "Discrete, MultiDiscrete, MultiBinary, Text, and Dict/Tuple nests of them"
         )
 
 
 def _leaf_dtype(space: spaces.Space) -> np.dtype:
     if isinstance(space, spaces.MultiBinary):
         return np.dtype(np.int8)
+    if isinstance(space, spaces.Text):
+        return np.dtype(np.int32)
     return np.dtype(space.dtype)
 
 
 def _leaf_shape(space: spaces.Space) -> tuple[int, ...]:
     if isinstance(space, spaces.Discrete):
         return ()
+    if isinstance(space, spaces.Text):
+        return (int(space.max_length),)
     return tuple(int(d) for d in space.shape)
 
 
@@ -114,6 +163,7 @@ class ObsLayout:
             leaves.append(leaf)
             offset += leaf.nbytes
         self.leaves: list[Leaf] = leaves
+        self._texts = frozenset(leaf.path for leaf in leaves if isinstance(leaf.space, spaces.Text))
         # plain ints and names, so torch.compile traces the torch unflatten without numpy calls
         self._byte_slices = [(leaf.offset, leaf.offset + leaf.nbytes, leaf.dtype.name, leaf.shape)
                              for leaf in leaves]
@@ -153,7 +203,12 @@ class ObsLayout:
             views[0][...] = value
             return
         for leaf, view in zip(self.leaves, views, strict=True):
-            view[...] = get_path(value, leaf.path)
+            if leaf.path in self._texts:  # a string, or a batch of them
+                text = get_path(value, leaf.path)
+                view[...] = (text_codes(leaf.space, text) if isinstance(text, str)
+                             else np.stack([text_codes(leaf.space, t) for t in text]))
+            else:
+                view[...] = get_path(value, leaf.path)
 
     def writer(self):
         """`write`, specialised: a Box is one assignment into its single view."""
@@ -173,6 +228,15 @@ class ObsLayout:
         if self.passthrough:
             return flat
         return build_nest(self.space, iter(self.leaf_values(flat)))
+
+    def native(self, row: np.ndarray):
+        """One flat row -> the observation as the env returned it: the nest, Text leaves as
+        strings (numpy; a model reads `unflatten`'s codes instead)."""
+        if self.passthrough:
+            return row
+        values = [text_of(leaf.space, view) if leaf.path in self._texts else view
+                  for leaf, view in zip(self.leaves, self.leaf_views(np.ascontiguousarray(row)), strict=True)]
+        return build_nest(self.space, iter(values))
 
     def leaf_values(self, flat) -> list:
         """Batch of flat rows (numpy or torch) -> one array/tensor per leaf, in leaf order."""
@@ -200,6 +264,8 @@ def _leaf_bounds(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
         return np.array([space.start]), np.array([space.start + space.n - 1])
     if isinstance(space, spaces.MultiDiscrete):
         return space.start.ravel(), (space.start + space.nvec - 1).ravel()
+    if isinstance(space, spaces.Text):
+        return np.zeros(leaf.size), np.full(leaf.size, len(space.character_set))
     return np.zeros(leaf.size), np.ones(leaf.size)
 
 
@@ -269,6 +335,10 @@ def check_value(space: spaces.Space, value: Any, where: str, path: tuple = (),
         for index, sub in enumerate(space.spaces):
             check_value(sub, value[index], where, path + (index,), full_range)
         return
+    text = text_space(space)
+    if text is not None:
+        _check_text(text, value, here)
+        return
     array = np.asarray(value)
     shape = _leaf_shape(space)
     if array.shape != shape:
@@ -305,6 +375,19 @@ def check_value(space: spaces.Space, value: Any, where: str, path: tuple = (),
         raise SpaceError(
             f"{here}: value {flat[index].item()} is outside {space} (allowed {low[index]}..{high[index]})"
         )
+
+
+def _check_text(space: spaces.Text, value: Any, here: str) -> None:
+    if not isinstance(value, str):
+        raise SpaceError(f"{here}: expected a string for {space}, got {type(value).__name__}")
+    if not space.min_length <= len(value) <= space.max_length:
+        raise SpaceError(f"{here}: a string of {len(value)} characters, expected {space.min_length}.."
+                         f"{space.max_length}" + (f" (MissionSpace is read as at most {MISSION_LENGTH})"
+                                                  if space.max_length == MISSION_LENGTH else ""))
+    _, index = _charset(space)
+    unknown = sorted({c for c in value if c not in index})
+    if unknown:
+        raise SpaceError(f"{here}: characters {unknown} are not in the space's character set")
 
 
 class HybridBox(spaces.Box):

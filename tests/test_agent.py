@@ -121,3 +121,18 @@ def test_the_python_api_prints_progress_and_where_the_outputs_went(tmp_path):
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "SPS" in result.stderr and f"outputs in {tmp_path / 'run'}: model.pt" in result.stderr
+
+
+def test_an_agent_trained_with_the_mission_text_acts_on_native_minigrid_observations(tmp_path):
+    pytest.importorskip("minigrid")
+    result = puffer.train("env=classic/gym", "env.id=minigrid:MiniGrid-Empty-5x5-v0", "vec.num_envs=2",
+                          "train.num_steps=32", "train.total_timesteps=128", "eval.episodes=1",
+                          run_dir=tmp_path)
+    env = gym.make("minigrid:MiniGrid-Empty-5x5-v0")
+    obs, _ = env.reset(seed=0)
+    assert isinstance(obs["mission"], str)  # the Dict holds the image, the direction and the text
+    assert env.action_space.contains(result.agent.act(obs))
+    batch = {"image": np.stack([obs["image"]] * 2), "direction": np.array([obs["direction"]] * 2),
+             "mission": [obs["mission"], "get to the green goal square"]}
+    assert len(result.agent.act(batch)) == 2
+    env.close()

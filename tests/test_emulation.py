@@ -177,8 +177,69 @@ def test_full_range_frames_skip_only_the_bounds_they_cannot_break():
 
 
 def test_unsupported_space_is_rejected_at_wrap_time():
-    with pytest.raises(SpaceError, match=r"obs\['name'\] is a Text"):
-        ObsLayout(spaces.Dict({"name": spaces.Text(5)}))
+    with pytest.raises(SpaceError, match=r"obs\['items'\] is a Sequence; .*Text, and Dict/Tuple"):
+        ObsLayout(spaces.Dict({"name": spaces.Text(5), "items": spaces.Sequence(spaces.Discrete(3))}))
+
+
+# Text leaves: any character set (non-ASCII too), lengths from min_length to max_length
+text_spaces = st.builds(
+    lambda length, shortest, chars: spaces.Text(length, min_length=min(shortest, length), charset=chars),
+    st.integers(1, 12), st.integers(0, 3), st.text(alphabet="abcxyz XYZ.,:!é€0123", min_size=1, max_size=10))
+observation_spaces = st.recursive(
+    st.one_of(leaf_spaces, text_spaces),
+    lambda children: st.one_of(
+        st.lists(children, min_size=1, max_size=3).map(lambda xs: spaces.Tuple(xs)),
+        st.dictionaries(st.sampled_from("abcdef"), children, min_size=1, max_size=3).map(spaces.Dict),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(space=observation_spaces, seed=st.integers(0, 2**31 - 1))
+def test_text_leaves_in_any_nest_round_trip_exactly_as_strings(space, seed):
+    space.seed(seed)
+    layout = ObsLayout(space)
+    value = space.sample()
+    layout.check(value, "Env-v0")
+    row = np.zeros(layout.flat_space.shape, layout.flat_space.dtype)
+    layout.write(layout.leaf_views(row), value)
+    back = layout.native(row)
+    for path, leaf in iter_leaves(space):
+        got, want = _get(back, path), _get(value, path)
+        if isinstance(leaf, spaces.Text):
+            assert got == want and isinstance(got, str)
+        else:
+            assert np.array_equal(np.asarray(got), np.asarray(want))
+    # and a model reads the codes: one int32 column per character, 0 after the end
+    for leaf, codes in zip(layout.leaves, layout.leaf_values(torch.from_numpy(row[None])), strict=True):
+        if isinstance(leaf.space, spaces.Text):
+            text = _get(value, leaf.path)
+            assert codes.dtype == torch.int32 and codes.shape == (1, leaf.space.max_length)
+            assert (codes[0, len(text):] == 0).all() and (codes[0, : len(text)] > 0).all()
+
+
+def test_a_string_that_does_not_fit_its_text_space_is_named():
+    layout = ObsLayout(spaces.Dict({"mission": spaces.Text(6, charset="abc ")}))
+    with pytest.raises(SpaceError, match=r"obs\['mission'\]: characters \['z'\] are not in"):
+        layout.check({"mission": "abz"}, "Game-v0")
+    with pytest.raises(SpaceError, match=r"obs\['mission'\]: a string of 7 characters, expected 1..6"):
+        layout.check({"mission": "abcabca"}, "Game-v0")
+
+
+def test_minigrid_missions_are_kept_as_text_and_read_by_the_default_policy():
+    pytest.importorskip("minigrid")
+    env = GymnasiumPufferEnv(env=gym.make("MiniGrid-DoorKey-5x5-v0"))
+    layout = ObsLayout(env.single_observation_space.native)
+    obs, _ = env.reset(seed=0)
+    assert layout.native(obs[0])["mission"] == "use the key to open the door and then get to the goal"
+    policy = Default(env.single_observation_space, env.single_action_space)
+    other = obs.copy()
+    layout.write(layout.leaf_views(other[0]), {**layout.native(obs[0]), "mission": "get to the goal"})
+    with torch.no_grad():
+        features = policy.encoder(torch.from_numpy(np.concatenate([obs, other])))
+    assert not torch.equal(features[0], features[1])  # the mission text reaches the features
+    env.close()
 
 
 class BrokenObsEnv(gym.Env):

@@ -51,20 +51,6 @@ def main(cfg: DictConfig) -> float:
     return float("nan")
 
 
-def check_env_choices(args: list[str]) -> str | None:
-    """An error naming the nearest configs when an `env=` on the command line (each value of a
-    multirun list too) names no env config; Hydra's own message lists search paths instead."""
-    from puffer.envs.catalog import unknown_env_message
-
-    for arg in args:
-        if arg.startswith("env="):
-            for name in arg[len("env="):].split(","):
-                message = unknown_env_message(name.strip())
-                if message is not None:
-                    return message
-    return None
-
-
 def cli() -> None:
     """The `puffer` command (and `python -m puffer`): Ctrl-C or SIGTERM exit with status 130.
     `--info envs` lists the env configs (Hydra's other --info choices are its own)."""
@@ -74,6 +60,8 @@ def cli() -> None:
 
         sys.stdout.write(table(catalog()) + "\n")
         return
+    from puffer.envs.catalog import check_env_choices
+
     problem = check_env_choices(sys.argv[1:])
     if problem is not None:
         sys.stderr.write(problem + "\n")

@@ -158,7 +158,7 @@ def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
     the CLI's) and files; returns a `Result` with the agent loaded from its model.pt."""
     from hydra import compose, initialize_config_dir
 
-    from puffer.__main__ import check_env_choices
+    from puffer.envs.catalog import check_env_choices
 
     problem = check_env_choices(list(overrides))
     if problem is not None:
@@ -238,7 +238,7 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
                             profiler=Profiler(device, sync=sync),
                             epoch_hooks=[training_videos(cfg, make_env_creator(cfg, evaluation=True), device,
                                                          run_dir, logger)]
-                            if cfg.eval.video_interval and not profiling else [])
+                            if cfg.eval.video_interval and not profiling and ctx.is_main else [])
         if resume is not None:
             trainer.load_state_dict(resume_state)
             log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,

@@ -82,3 +82,15 @@ def unknown_env_message(name: str, conf_dir: Path = CONF_DIR) -> str | None:
     hint = f"did you mean {', '.join(near)}? " if near else ""
     return (f"env={name}: no such env config; {hint}`python -m puffer --info envs` lists them all "
             "(any gymnasium id: env=classic/gym env.id=<id>)")
+
+
+def check_env_choices(args: list[str]) -> str | None:
+    """The error for the first `env=` among command-line overrides (each value of a multirun
+    list too) that names no env config; Hydra's own message lists search paths instead."""
+    for arg in args:
+        if arg.startswith("env="):
+            for name in arg[len("env="):].split(","):
+                message = unknown_env_message(name.strip())
+                if message is not None:
+                    return message
+    return None

@@ -1,7 +1,7 @@
 """Emulation: wrap Gymnasium and PettingZoo envs into puffer's flat, fixed-shape env protocol.
 
 What lives here: the protocol every puffer env follows (`PufferEnv`, `Buffers`), and the wrappers
-`GymnasiumPufferEnv` and `PettingZooPufferEnv`. What does not: the layout math of spaces
+`GymnasiumPufferEnv`, `PettingZooPufferEnv` (parallel) and `TurnBasedPufferEnv` (AEC). What does not: the layout math of spaces
 (puffer.spaces), batching many envs (puffer.vector), native batched envs (puffer.envs.ocean).
 
 The protocol, shared by every backend and env:
@@ -30,7 +30,8 @@ import numpy as np
 from puffer.spaces import ActionLayout, ObsLayout, SpaceError
 
 __all__ = [
-    "Buffers", "PufferEnv", "GymnasiumPufferEnv", "PettingZooPufferEnv", "SpaceError", "nativize",
+    "Buffers", "PufferEnv", "GymnasiumPufferEnv", "PettingZooPufferEnv", "TurnBasedPufferEnv", "SpaceError",
+    "nativize",
 ]
 
 
@@ -229,7 +230,7 @@ def _episode_info(episode_return: float, length: int, info: dict | None = None) 
 
 
 class PettingZooPufferEnv(PufferEnv):
-    """A PettingZoo parallel env (or an AEC env, converted) as a puffer env with one row per
+    """A PettingZoo parallel env (or an AEC env that aec_to_parallel accepts) as a puffer env with one row per
     possible agent. Agents that are not alive get zero observations, reward 0 and mask False;
     their actions are dropped. Every agent must share one observation and one action space."""
 
@@ -325,6 +326,120 @@ class PettingZooPufferEnv(PufferEnv):
         self._needs_reset = True
         info = _episode_info(np.mean(list(self._returns.values())), self._length)
         info.update({f"episode_return/{agent}": r for agent, r in self._returns.items()})
+        return self.outputs([info])
+
+    def render(self):
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class TurnBasedPufferEnv(PufferEnv):
+    """A turn-based PettingZoo (AEC) env, such as the classic board games, with one row per
+    possible agent. Every row holds its agent's own observation each step (so its value can be
+    estimated), but only the row whose turn it is has mask True: it alone acts, and the other
+    rows' actions are dropped. Each step's rewards go to every agent's row, so an agent is
+    credited with what its opponents' moves did to it. `turn_based` tells the trainer to
+    compute advantages over each agent's own turns (puffer.ppo), carrying the rewards between
+    two of its moves to the first. An `action_mask` in the observation masks the policy's logits
+    (puffer.models.ActionMasked). Every agent must share one observation and one action space."""
+
+    turn_based = True
+
+    def __init__(self, env=None, env_creator=None, env_args=(), env_kwargs=None,
+                 buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000):
+        env = _build(env, env_creator, env_args, env_kwargs, "TurnBasedPufferEnv")
+        self.env = env
+        self.name = _env_name(env)
+        self.possible_agents = list(env.possible_agents)
+        first = self.possible_agents[0]
+        for agent in self.possible_agents[1:]:
+            for kind in ("observation_space", "action_space"):
+                mine, theirs = getattr(env, kind)(agent), getattr(env, kind)(first)
+                if mine != theirs:
+                    raise SpaceError(f"{self.name}: agent {agent!r} has {kind} {mine}, but agent "
+                                     f"{first!r} has {theirs}; puffer batches agents as rows of one space")
+        self.obs_layout = ObsLayout(env.observation_space(first))
+        self.action_layout = ActionLayout(env.action_space(first))
+        self.single_observation_space = self.obs_layout.flat_space
+        self.single_action_space = self.action_layout.flat_space
+        self.num_agents = len(self.possible_agents)
+        self.validate_steps, self.seed = validate_steps, seed
+        self._checked, self._needs_reset, self._started = 0, True, False
+        self.set_buffers(buf)
+
+    def set_buffers(self, buffers: Buffers | None) -> None:
+        super().set_buffers(buffers)
+        self._obs_views = [self.obs_layout.leaf_views(self.observations[row, ...])
+                           for row in range(self.num_agents)]
+
+    def _write_rows(self) -> None:
+        """Every agent's observation; mask True on the row whose turn it is."""
+        check = self._checked < self.validate_steps
+        for row, agent in enumerate(self.possible_agents):
+            obs = self.env.observe(agent)
+            if check:
+                self.obs_layout.check(obs, f"{self.name} agent {agent!r}")
+            self.obs_layout.write(self._obs_views[row], obs)
+        self.masks[...] = False
+        if self.env.agents:
+            self.masks[self.possible_agents.index(self.env.agent_selection)] = True
+        self._checked += 1
+
+    def _skip_finished(self) -> np.ndarray:
+        """Step agents whose game is over (PettingZoo's None actions) until a live agent is to
+        move or none is left; the rewards that arrive meanwhile, per row."""
+        extra = np.zeros(self.num_agents, np.float32)
+        env = self.env
+        while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
+            env.step(None)
+            extra += [env.rewards.get(agent, 0.0) for agent in self.possible_agents]
+        return extra
+
+    def _start_episode(self, seed: int | None) -> None:
+        self.env.reset(seed=seed)
+        self._write_rows()
+        self.rewards[...] = 0
+        self.terminals[...] = False
+        self.truncations[...] = False
+        self._returns = np.zeros(self.num_agents)
+        self._length = 0
+        self._needs_reset, self._started = False, True
+
+    def reset(self, seed: int | None = None):
+        self._start_episode(self.seed if seed is None else seed)
+        return self.observations, []
+
+    def step(self, actions):
+        if not self._started:
+            raise RuntimeError(f"{self.name}: call reset() before step()")
+        if self._needs_reset:
+            self._start_episode(None)
+            return self.outputs([])
+        env = self.env
+        actions = np.asarray(actions).reshape((self.num_agents, *self.single_action_space.shape))
+        agent = env.agent_selection
+        row = self.possible_agents.index(agent)
+        env.step(self.action_layout.decode(actions[row], f"{self.name} agent {agent!r}",
+                                           self._checked < self.validate_steps))
+        self.rewards[...] = [env.rewards.get(a, 0.0) for a in self.possible_agents]
+        over = not env.agents or all(env.terminations.get(a, False) or env.truncations.get(a, False)
+                                     for a in env.agents)
+        if not over:  # an agent out of a game that goes on: PettingZoo wants its None step
+            self.rewards[...] += self._skip_finished()
+            over = not env.agents
+        self._write_rows()
+        self._returns += self.rewards
+        self._length += 1
+        self.terminals[...] = over and any(env.terminations.values())
+        self.truncations[...] = over and not self.terminals[0]
+        if not over:
+            return self.outputs([])
+        self.masks[...] = False
+        self._needs_reset = True
+        info = _episode_info(float(np.mean(self._returns)), self._length)
+        info.update({f"episode_return/{a}": float(r) for a, r in zip(self.possible_agents, self._returns, strict=True)})
         return self.outputs([info])
 
     def render(self):

@@ -42,10 +42,14 @@ class PPO(Trainer):
         self.dist = ActionDist(vecenv.single_action_space)
         self.clip_coef = config.clip_coef  # the current one: update() anneals it with train.anneal_clip
         self.advantages = torch.zeros((config.num_steps, vecenv.num_agents), device=self.device)
+        # turn-based envs (puffer.emulation.TurnBasedPufferEnv): advantages over each agent's turns
+        self.turn_based = getattr(vecenv.driver_env, "turn_based", False)
 
     def compute_advantages(self) -> None:
         """GAE that stops at episode ends; terminals don't bootstrap, truncations do (the value
         of the final observation is the next row's value)."""
+        if self.turn_based:
+            return self.compute_turn_advantages()
         c, r = self.config, self.rollout
         last = torch.zeros_like(r.next_value)
         for t in reversed(range(c.num_steps)):
@@ -53,6 +57,35 @@ class PPO(Trainer):
             delta = r.rewards[t] + c.gamma * next_value * (1 - r.terminals[t]) - r.values[t]
             last = delta + c.gamma * c.gae_lambda * (1 - r.dones[t]) * last
             self.advantages[t] = last
+
+    def compute_turn_advantages(self) -> None:
+        """GAE over each row's own turns (turn-based envs: a row is valid only when its agent is
+        to move). The transition from one of an agent's moves to its next sums the rewards of
+        every step in between (its opponents' moves included) and bootstraps from the value at
+        its next move; an episode end in between cuts it (terminals don't bootstrap, truncations
+        bootstrap from the final observation's value, the next row's). With every row valid
+        but the dummy step after an episode end, this is the GAE above."""
+        c, r = self.config, self.rollout
+        T = c.num_steps
+        zeros = torch.zeros_like(r.next_value)
+        adv_next, value_next = zeros.clone(), r.next_value.clone()
+        rewards, terminal, cut = zeros.clone(), zeros.clone(), zeros.clone()
+        for t in reversed(range(T)):
+            ended = r.dones[t]
+            final_value = r.next_value if t == T - 1 else r.values[t + 1]
+            # rewards after an episode end belong to the next episode
+            rewards = r.rewards[t] + (1 - ended) * rewards
+            terminal = torch.where(ended > 0, r.terminals[t], terminal)
+            cut = torch.maximum(cut, ended)
+            value_next = torch.where(ended > 0, final_value, value_next)
+            delta = rewards + c.gamma * value_next * (1 - terminal) - r.values[t]
+            advantage = delta + c.gamma * c.gae_lambda * (1 - cut) * adv_next
+            valid = r.valid[t]
+            self.advantages[t] = torch.where(valid, advantage, zeros)
+            # at a move, the carried quantities start again for the agent's previous move
+            adv_next = torch.where(valid, advantage, torch.where(ended > 0, zeros, adv_next))
+            value_next = torch.where(valid, r.values[t], value_next)
+            rewards, terminal, cut = (torch.where(valid, zeros, x) for x in (rewards, terminal, cut))
 
     # -- learning ----------------------------------------------------------------------------
     def update(self) -> dict[str, float]:

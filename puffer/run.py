@@ -419,7 +419,24 @@ def final_evaluation(cfg: DictConfig, policy, env_creator, device: str,
         for path in (recorders[0].written if recorders else []):
             if logger is not None:
                 logger.log_video(f"eval/video_{path.stem.rsplit('_', 1)[-1]}", path)
+    if "module" in cfg.env and turn_based(env_creator):  # a game: how it fares against random play
+        from puffer.evaluation import against_random
+
+        result = against_random(policy, env_creator, cfg.eval.episodes, cfg.seed, device)
+        metrics.update({f"eval/{k}": v for k, v in result.items()})
+        log.info("against a random player: %.0f%% won, %.0f%% drawn, %.0f%% lost over %d games",
+                 100 * result["vs_random_win"], 100 * result["vs_random_draw"],
+                 100 * result["vs_random_loss"], result["vs_random_games"])
     return metrics
+
+
+def turn_based(env_creator) -> bool:
+    """Whether the env is a turn-based game (puffer.emulation.TurnBasedPufferEnv)."""
+    env = env_creator()
+    try:
+        return bool(getattr(env, "turn_based", False))
+    finally:
+        env.close()
 
 
 def rendering(env_creator, render_mode: str = "rgb_array", key: str = "eval.video"):

@@ -240,3 +240,41 @@ def test_a_non_finite_value_from_the_env_is_named_as_such(where):
     step = 29 if where == "reward" else 30  # step 30's reward; the observation it returns is seen at 30
     with pytest.raises(NonFiniteError, match=f"the env returned a non-finite {where} .* rollout step {step}, row 0"):
         trainer.train()
+
+
+def test_turn_advantages_equal_gae_where_every_row_is_valid_but_the_step_after_an_end():
+    trainer = make_trainer(num_envs=3, num_steps=16, gamma=0.9, gae_lambda=0.8)
+    r, g = trainer.rollout, torch.Generator().manual_seed(0)
+    r.rewards[:] = torch.randn(r.rewards.shape, generator=g)
+    r.values[:] = torch.randn(r.values.shape, generator=g)
+    r.next_value[:] = torch.randn(r.next_value.shape, generator=g)
+    r.dones[:] = (torch.rand(r.dones.shape, generator=g) < 0.15).float()
+    r.terminals[:] = r.dones * (torch.rand(r.dones.shape, generator=g) < 0.5).float()
+    r.valid[:] = True
+    r.valid[1:] = r.dones[:-1] == 0  # the dummy reset step after each end
+    trainer.compute_advantages()
+    expected = trainer.advantages.clone()
+    trainer.compute_turn_advantages()
+    assert torch.allclose(trainer.advantages[r.valid], expected[r.valid], atol=1e-6)
+
+
+def test_turn_advantages_credit_an_opponents_winning_move_to_the_move_before_it():
+    # two agents alternate: row 0 moves at steps 0, 2; row 1 at 1, 3. Row 1 wins with its move
+    # at step 3 (+1 to row 1, -1 to row 0 at that step), the episode ends, step 4 is the dummy.
+    trainer = make_trainer(num_envs=2, num_steps=5, gamma=0.5, gae_lambda=1.0)
+    r = trainer.rollout
+    r.values[:] = torch.tensor([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6], [0.7, 0.8], [0.0, 0.0]])
+    r.rewards[:] = 0
+    r.rewards[3] = torch.tensor([-1.0, 1.0])
+    r.dones[:] = 0
+    r.dones[3] = 1
+    r.terminals[:] = r.dones
+    r.valid[:] = torch.tensor([[True, False], [False, True], [True, False], [False, True], [False, False]])
+    r.next_value[:] = 0
+    trainer.compute_turn_advantages()
+    a = trainer.advantages
+    assert a[2, 0].item() == pytest.approx(-1 - 0.5)  # its last move lost: -1, nothing after
+    assert a[0, 0].item() == pytest.approx(0 + 0.5 * 0.5 - 0.1 + 0.5 * a[2, 0].item())
+    assert a[3, 1].item() == pytest.approx(1 - 0.8)  # the winning move
+    assert a[1, 1].item() == pytest.approx(0 + 0.5 * 0.8 - 0.4 + 0.5 * a[3, 1].item())
+    assert a[~r.valid].eq(0).all()

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium
 
 from puffer.config import ConfigError
-from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv
+from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv, TurnBasedPufferEnv
 
 
 def describe(env_cfg) -> str:
@@ -58,7 +58,7 @@ def wrap(env, wrapper, key: str):
 
 
 def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,
-                    validate_steps: int = 1000, render_mode: str | None = None) -> PettingZooPufferEnv:
+                    validate_steps: int = 1000, render_mode: str | None = None) -> PettingZooPufferEnv | TurnBasedPufferEnv:
     try:
         env_module = importlib.import_module(module)
     except ImportError as exc:
@@ -66,8 +66,10 @@ def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,
             f"env.module={module!r}: cannot import it ({exc}); PettingZoo families need their "
             "extra, e.g. pip install 'pettingzoo[butterfly]'"
         ) from exc
-    if not hasattr(env_module, "parallel_env"):
-        raise ConfigError(f"env.module={module!r}: expected a PettingZoo env module with parallel_env()")
     extra = {"render_mode": render_mode} if render_mode is not None else {}
-    return PettingZooPufferEnv(env=env_module.parallel_env(**(kwargs or {}), **extra),
-                               validate_steps=validate_steps)
+    if hasattr(env_module, "parallel_env"):
+        return PettingZooPufferEnv(env=env_module.parallel_env(**(kwargs or {}), **extra),
+                                   validate_steps=validate_steps)
+    if hasattr(env_module, "env"):  # turn-based (AEC) only: the classic board and card games
+        return TurnBasedPufferEnv(env=env_module.env(**(kwargs or {}), **extra), validate_steps=validate_steps)
+    raise ConfigError(f"env.module={module!r}: expected a PettingZoo env module with parallel_env() or env()")

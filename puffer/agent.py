@@ -22,8 +22,9 @@ import torch
 from gymnasium import spaces
 
 from puffer import checkpoint
+from puffer.actions import ActionLayout
 from puffer.models import ActionDist
-from puffer.spaces import ActionLayout, ObsLayout, get_path
+from puffer.spaces import ObsLayout, get_path
 
 
 class Agent:

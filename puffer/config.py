@@ -146,6 +146,8 @@ class GymnasiumEnvConfig:
     validate_steps: int = 1000
     # Wrappers applied in order: dotted class paths, or {_target_: path, its kwargs...}.
     wrappers: list[Any] = field(default_factory=list)
+    # Elements kept from a Sequence observation (padded to this many, with their count).
+    max_sequence_length: int = 16
 
 
 @dataclass
@@ -156,6 +158,8 @@ class PettingZooEnvConfig:
     module: str = MISSING
     kwargs: dict[str, Any] = field(default_factory=dict)
     validate_steps: int = 1000
+    # Elements kept from a Sequence observation (padded to this many, with their count).
+    max_sequence_length: int = 16
 
 
 @dataclass
@@ -422,6 +426,9 @@ def _check_env_and_policy(cfg) -> None:
         key = missing[0] if missing[0].startswith("env.") else f"env.{missing[0]}"
         raise ConfigError(f"{key} is required by this env config and was not given "
                           "(e.g. python -m puffer env=classic/gym env.id=MountainCar-v0)")
+    if "max_sequence_length" in cfg.env:
+        _require(cfg.env.max_sequence_length >= 1, "env.max_sequence_length", cfg.env.max_sequence_length,
+                 "an integer >= 1")
     if "validate_steps" in cfg.env:
         _require(cfg.env.validate_steps >= 0, "env.validate_steps", cfg.env.validate_steps,
                  "an integer >= 0 (0: no checks)")

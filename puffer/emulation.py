@@ -27,7 +27,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from puffer.spaces import ActionLayout, ObsLayout, SpaceError
+from puffer.actions import ActionLayout
+from puffer.spaces import SEQUENCE_LENGTH, ObsLayout, SpaceError
 
 __all__ = [
     "Buffers", "PufferEnv", "GymnasiumPufferEnv", "PettingZooPufferEnv", "TurnBasedPufferEnv", "SpaceError",
@@ -133,10 +134,10 @@ class GymnasiumPufferEnv(PufferEnv):
 
     def __init__(self, env: gymnasium.Env | None = None, env_creator=None, env_args=(),
                  env_kwargs=None, buf: Buffers | None = None, seed: int = 0,
-                 validate_steps: int = 1000):
+                 validate_steps: int = 1000, max_sequence_length: int = SEQUENCE_LENGTH):
         self.env = _build(env, env_creator, env_args, env_kwargs, "GymnasiumPufferEnv")
         self.name = _env_name(self.env)
-        self.obs_layout = ObsLayout(self.env.observation_space)
+        self.obs_layout = ObsLayout(self.env.observation_space, max_sequence_length=max_sequence_length)
         self.action_layout = ActionLayout(self.env.action_space)
         self.single_observation_space = self.obs_layout.flat_space
         self.single_action_space = self.action_layout.flat_space
@@ -235,7 +236,8 @@ class PettingZooPufferEnv(PufferEnv):
     their actions are dropped. Every agent must share one observation and one action space."""
 
     def __init__(self, env=None, env_creator=None, env_args=(), env_kwargs=None,
-                 buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000):
+                 buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000,
+                 max_sequence_length: int = SEQUENCE_LENGTH):
         env = _build(env, env_creator, env_args, env_kwargs, "PettingZooPufferEnv")
         from pettingzoo.utils.env import AECEnv
 
@@ -256,7 +258,7 @@ class PettingZooPufferEnv(PufferEnv):
                         f"{self.name}: agent {agent!r} has {kind} {mine}, but agent {first!r} has "
                         f"{theirs}; puffer batches agents as rows of one shared space"
                     )
-        self.obs_layout = ObsLayout(env.observation_space(first))
+        self.obs_layout = ObsLayout(env.observation_space(first), max_sequence_length=max_sequence_length)
         self.action_layout = ActionLayout(env.action_space(first))
         self.single_observation_space = self.obs_layout.flat_space
         self.single_action_space = self.action_layout.flat_space
@@ -348,7 +350,8 @@ class TurnBasedPufferEnv(PufferEnv):
     turn_based = True
 
     def __init__(self, env=None, env_creator=None, env_args=(), env_kwargs=None,
-                 buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000):
+                 buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000,
+                 max_sequence_length: int = SEQUENCE_LENGTH):
         env = _build(env, env_creator, env_args, env_kwargs, "TurnBasedPufferEnv")
         self.env = env
         self.name = _env_name(env)
@@ -360,7 +363,7 @@ class TurnBasedPufferEnv(PufferEnv):
                 if mine != theirs:
                     raise SpaceError(f"{self.name}: agent {agent!r} has {kind} {mine}, but agent "
                                      f"{first!r} has {theirs}; puffer batches agents as rows of one space")
-        self.obs_layout = ObsLayout(env.observation_space(first))
+        self.obs_layout = ObsLayout(env.observation_space(first), max_sequence_length=max_sequence_length)
         self.action_layout = ActionLayout(env.action_space(first))
         self.single_observation_space = self.obs_layout.flat_space
         self.single_action_space = self.action_layout.flat_space

@@ -19,7 +19,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from puffer.spaces import HybridBox, ObsLayout
+from puffer.actions import HybridBox
+from puffer.spaces import ObsLayout
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 

@@ -1,9 +1,9 @@
 """Flat layouts of Gymnasium spaces: one fixed-shape row per agent, and the way back.
 
-What lives here: `ObsLayout` (where each leaf of a nested observation sits in a flat row),
-`ActionLayout` (how a nested action maps to one flat vector), `HybridBox` (a flat action vector
-mixing categorical and continuous parts), value checks that name the key path, and the
-numpy/torch unflatten. What does not: env wrappers (puffer.emulation), batching (puffer.vector).
+What lives here: `ObsLayout` (where each leaf of a nested observation sits in a flat row), the
+leaf kinds read at a fixed size (Text, PaddedSequence), value checks that name the key path, and
+the numpy/torch unflatten. What does not: action layouts (puffer.actions), env wrappers
+(puffer.emulation), batching (puffer.vector).
 
 Layout rules:
 - A Box observation is kept as it is (shape and dtype), so pixels stay (C, H, W) uint8;
@@ -11,6 +11,9 @@ Layout rules:
 - Any other observation becomes a 1-D row. If every leaf has one dtype, the row has that dtype;
   otherwise the row is bytes (uint8) and each leaf sits at an offset aligned to its item size,
   so a batch of rows can be *viewed* (no copy) as each leaf's dtype, in numpy and in torch.
+- A Sequence of a leaf space is read at a fixed length (`PaddedSequence`, `max_sequence_length`
+  elements, 16 unless the env config says otherwise): two leaves, `items` (the elements, zero
+  padded) and `length`; `ObsLayout.native(row)` gives the tuple of elements back exactly.
 - A Text leaf is `max_length` int32 character codes: 0 pads, i + 1 is the i-th character of the
   space's sorted character set (`text_codes`, `text_of`); MiniGrid's MissionSpace (a string
   space with no declared length or characters) is read as Text over printable ASCII of at most
@@ -22,13 +25,11 @@ from __future__ import annotations
 import functools
 import logging
 import string
-from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 
 log = logging.getLogger(__name__)
 # Float leaves already warned about being outside their bounds (once per env and key path).
@@ -37,6 +38,70 @@ _warned_bounds: set[str] = set()
 LEAF_TYPES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Text)
 # MiniGrid's missions ("use the key to open the door and then get to the goal") fit easily.
 MISSION_LENGTH = 128
+
+
+SEQUENCE_LENGTH = 16  # elements kept from a Sequence observation unless the env config says
+
+
+class PaddedSequence(spaces.Space):
+    """A gymnasium Sequence of a leaf space, read as at most `max_length` elements: in the flat
+    row, `items` (max_length elements, zero padded) and `length`."""
+
+    def __init__(self, feature_space: spaces.Space, max_length: int, path: str = "obs"):
+        if not isinstance(feature_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+            raise SpaceError(f"{path} is a Sequence of {type(feature_space).__name__}; puffer reads Sequences "
+                             "of Box, Discrete, MultiDiscrete or MultiBinary elements")
+        if max_length < 1:
+            raise SpaceError(f"max_sequence_length={max_length}: expected an integer >= 1")
+        self.feature_space, self.max_length = feature_space, int(max_length)
+        super().__init__(None, None)
+
+    def items_space(self) -> spaces.Space:
+        """The elements as one fixed-shape leaf of max_length rows."""
+        f, n = self.feature_space, self.max_length
+        if isinstance(f, spaces.Box):
+            return spaces.Box(np.broadcast_to(f.low, (n, *f.shape)), np.broadcast_to(f.high, (n, *f.shape)),
+                              (n, *f.shape), f.dtype)
+        if isinstance(f, spaces.Discrete):
+            return spaces.MultiDiscrete(np.full(n, f.n), start=np.full(n, f.start))
+        if isinstance(f, spaces.MultiDiscrete):
+            return spaces.MultiDiscrete(np.tile(f.nvec, (n, 1)), start=np.tile(f.start, (n, 1)))
+        return spaces.MultiBinary((n, *np.atleast_1d(f.n)))
+
+    def sample(self, mask=None, probability=None):
+        count = int(self.np_random.integers(0, self.max_length + 1))
+        return tuple(self.feature_space.sample() for _ in range(count))
+
+    def contains(self, x) -> bool:
+        return (isinstance(x, (tuple, list)) and len(x) <= self.max_length
+                and all(self.feature_space.contains(np.asarray(e, self.feature_space.dtype)) for e in x))
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, PaddedSequence) and other.feature_space == self.feature_space
+                and other.max_length == self.max_length)
+
+    def __repr__(self) -> str:
+        return f"PaddedSequence({self.feature_space}, max_length={self.max_length})"
+
+
+def padded_sequences(space: spaces.Space, max_length: int, path: tuple = (), root: str = "obs") -> spaces.Space:
+    """`space` with every Sequence inside it read as a PaddedSequence of `max_length` elements."""
+    if isinstance(space, spaces.Sequence):
+        return PaddedSequence(space.feature_space, max_length, format_path(root, path))
+    if isinstance(space, spaces.Dict):
+        return spaces.Dict({k: padded_sequences(s, max_length, path + (k,), root) for k, s in space.spaces.items()})
+    if isinstance(space, spaces.Tuple):
+        return spaces.Tuple([padded_sequences(s, max_length, path + (i,), root) for i, s in enumerate(space.spaces)])
+    return space
+
+
+def _has_sequence(space: spaces.Space) -> bool:
+    if isinstance(space, spaces.Sequence):
+        return True
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        subs = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
+        return any(_has_sequence(s) for s in subs)
+    return False
 
 
 def text_space(space: spaces.Space) -> spaces.Text | None:
@@ -109,12 +174,15 @@ def iter_leaves(space: spaces.Space, path: tuple = (), root: str = "space"):
             yield from iter_leaves(sub, path + (index,), root)
     elif isinstance(space, LEAF_TYPES):
         yield path, space
+    elif isinstance(space, PaddedSequence):
+        yield path + ("items",), space.items_space()
+        yield path + ("length",), spaces.Discrete(space.max_length + 1)
     elif text_space(space) is not None:
         yield path, text_space(space)
     else:
         raise SpaceError(
             f"{format_path(root, path)} is a {type(space).__name__}; puffer emulates Box, "
-            "Discrete, MultiDiscrete, MultiBinary, Text, and Dict/Tuple nests of them"
+            "Discrete, MultiDiscrete, MultiBinary, Text, Sequence, and Dict/Tuple nests of them"
         )
 
 
@@ -148,7 +216,9 @@ class FlatBox(spaces.Box):
 class ObsLayout:
     """Where each leaf of an observation space lives in one flat row."""
 
-    def __init__(self, space: spaces.Space, name: str = "obs"):
+    def __init__(self, space: spaces.Space, name: str = "obs", max_sequence_length: int = SEQUENCE_LENGTH):
+        if _has_sequence(space):  # read at a fixed length; the flat space's `native` keeps that
+            space = padded_sequences(space, max_sequence_length, root=name)
         self.space = space
         self.name = name
         self.passthrough = isinstance(space, spaces.Box) and len(space.shape) > 0
@@ -164,6 +234,10 @@ class ObsLayout:
             offset += leaf.nbytes
         self.leaves: list[Leaf] = leaves
         self._texts = frozenset(leaf.path for leaf in leaves if isinstance(leaf.space, spaces.Text))
+        # the two leaves of each PaddedSequence, by path: "items" or "length"
+        self._sequence_parts = {leaf.path: leaf.path[-1] for leaf in leaves
+                                if leaf.path and leaf.path[-1] in ("items", "length")
+                                and isinstance(get_space(space, leaf.path[:-1]), PaddedSequence)}
         # plain ints and names, so torch.compile traces the torch unflatten without numpy calls
         self._byte_slices = [(leaf.offset, leaf.offset + leaf.nbytes, leaf.dtype.name, leaf.shape)
                              for leaf in leaves]
@@ -203,7 +277,16 @@ class ObsLayout:
             views[0][...] = value
             return
         for leaf, view in zip(self.leaves, views, strict=True):
-            if leaf.path in self._texts:  # a string, or a batch of them
+            part = self._sequence_parts.get(leaf.path)
+            if part is not None:  # the elements of a sequence (one observation), or their count
+                elements = get_path(value, leaf.path[:-1])
+                if part == "length":
+                    view[...] = len(elements)
+                else:
+                    view[...] = 0
+                    if len(elements):
+                        view[: len(elements)] = np.asarray(elements).reshape((len(elements), *view.shape[1:]))
+            elif leaf.path in self._texts:  # a string, or a batch of them
                 text = get_path(value, leaf.path)
                 view[...] = (text_codes(leaf.space, text) if isinstance(text, str)
                              else np.stack([text_codes(leaf.space, t) for t in text]))
@@ -236,7 +319,7 @@ class ObsLayout:
             return row
         values = [text_of(leaf.space, view) if leaf.path in self._texts else view
                   for leaf, view in zip(self.leaves, self.leaf_views(np.ascontiguousarray(row)), strict=True)]
-        return build_nest(self.space, iter(values))
+        return build_nest(self.space, iter(values), native=True)
 
     def leaf_values(self, flat) -> list:
         """Batch of flat rows (numpy or torch) -> one array/tensor per leaf, in leaf order."""
@@ -275,13 +358,26 @@ def get_path(value: Any, path: tuple) -> Any:
     return value
 
 
-def build_nest(space: spaces.Space, leaves):
-    """Rebuild the Dict/Tuple structure of `space` from an iterator of leaf values."""
+def build_nest(space: spaces.Space, leaves, native: bool = False):
+    """Rebuild the Dict/Tuple structure of `space` from an iterator of leaf values. A
+    PaddedSequence is {"items", "length"} (what a model reads), or with `native` the tuple of
+    its elements (one observation)."""
     if isinstance(space, spaces.Dict):
-        return {key: build_nest(sub, leaves) for key, sub in space.spaces.items()}
+        return {key: build_nest(sub, leaves, native) for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
-        return tuple(build_nest(sub, leaves) for sub in space.spaces)
+        return tuple(build_nest(sub, leaves, native) for sub in space.spaces)
+    if isinstance(space, PaddedSequence):
+        items, length = next(leaves), next(leaves)
+        return tuple(items[: int(length)]) if native else {"items": items, "length": length}
     return next(leaves)
+
+
+def get_space(space: spaces.Space, path: tuple) -> spaces.Space:
+    for key in path:
+        if not isinstance(space, (spaces.Dict, spaces.Tuple)):
+            return None
+        space = space[key]
+    return space
 
 
 def _is_torch(x) -> bool:
@@ -339,6 +435,15 @@ def check_value(space: spaces.Space, value: Any, where: str, path: tuple = (),
     if text is not None:
         _check_text(text, value, here)
         return
+    if isinstance(space, PaddedSequence):
+        if not isinstance(value, (tuple, list, np.ndarray)):
+            raise SpaceError(f"{here}: expected a sequence for {space}, got {type(value).__name__}")
+        if len(value) > space.max_length:
+            raise SpaceError(f"{here}: a sequence of {len(value)} elements; {space.max_length} are kept "
+                             "(set env.max_sequence_length)")
+        for index, element in enumerate(value):
+            check_value(space.feature_space, element, where, path + (index,), full_range)
+        return
     array = np.asarray(value)
     shape = _leaf_shape(space)
     if array.shape != shape:
@@ -390,157 +495,11 @@ def _check_text(space: spaces.Text, value: Any, here: str) -> None:
         raise SpaceError(f"{here}: characters {unknown} are not in the space's character set")
 
 
-class HybridBox(spaces.Box):
-    """A flat float32 action vector: `len(nvec)` categorical indices, then continuous values.
+def __getattr__(name: str):
+    """Checkpoints and model.pt files written before puffer.actions existed pickled the action
+    spaces under this module's name."""
+    if name in ("HybridBox", "BatchedHybridBox", "ActionLayout"):
+        import puffer.actions
 
-    The categorical entries hold integers 0..n-1; `sample()` and `contains()` respect that.
-    """
-
-    def __init__(self, nvec, low, high, seed=None):
-        self.nvec = np.asarray(nvec, dtype=np.int64)
-        k = len(self.nvec)
-        full_low = np.concatenate([np.zeros(k), np.asarray(low, np.float64)]).astype(np.float32)
-        full_high = np.concatenate([self.nvec - 1, np.asarray(high, np.float64)]).astype(np.float32)
-        super().__init__(full_low, full_high, (len(full_low),), np.float32, seed=seed)
-
-    @property
-    def num_discrete(self) -> int:
-        return len(self.nvec)
-
-    def sample(self, mask=None, probability=None):
-        value = super().sample()
-        k = self.num_discrete
-        value[:k] = self.np_random.integers(0, self.nvec).astype(np.float32)
-        return value
-
-    def contains(self, x) -> bool:
-        x = np.asarray(x)
-        k = self.num_discrete
-        return bool(super().contains(x) and np.all(x[:k] == np.round(x[:k])))
-
-    def __repr__(self) -> str:
-        return f"HybridBox(nvec={self.nvec.tolist()}, continuous={self.shape[0] - self.num_discrete})"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, HybridBox) and np.array_equal(self.nvec, other.nvec) and super().__eq__(other)
-
-
-class BatchedHybridBox(spaces.Box):
-    """`n` rows of a HybridBox (a vector env's action_space): sample() and contains() keep each
-    row's categorical entries whole numbers in range, as HybridBox does for one."""
-
-    def __init__(self, single: HybridBox, n: int, seed=None):
-        self.nvec = single.nvec
-        super().__init__(np.tile(single.low, (n, 1)), np.tile(single.high, (n, 1)), (n, single.shape[0]),
-                         np.float32, seed=seed)
-
-    def sample(self, mask=None, probability=None):
-        value = super().sample()
-        k = len(self.nvec)
-        value[:, :k] = self.np_random.integers(0, self.nvec, size=(value.shape[0], k)).astype(np.float32)
-        return value
-
-    def contains(self, x) -> bool:
-        x = np.asarray(x)
-        k = len(self.nvec)
-        return bool(super().contains(x) and np.all(x[:, :k] == np.round(x[:, :k])))
-
-
-def _batch_hybrid(space: HybridBox, n: int = 1) -> BatchedHybridBox:
-    return BatchedHybridBox(space, n, seed=deepcopy(space.np_random))
-
-
-# gymnasium's batch_space would make a plain Box of a HybridBox, whose samples have fractional
-# categorical entries: a vector env's action_space.sample() must give valid actions.
-batch_space.register(HybridBox)(_batch_hybrid)
-
-
-class ActionLayout:
-    """How a native action space maps to the flat action the policy samples.
-
-    Discrete -> Discrete(n); MultiDiscrete -> MultiDiscrete; Box -> flat float32 Box;
-    nests with only categorical leaves -> MultiDiscrete, only continuous -> Box, both -> HybridBox.
-    """
-
-    def __init__(self, space: spaces.Space, name: str = "action"):
-        self.space = space
-        self.name = name
-        self.leaves = [(path, sub) for path, sub in iter_leaves(space, root=name)]
-        discrete = [(p, s) for p, s in self.leaves if not isinstance(s, spaces.Box)]
-        continuous = [(p, s) for p, s in self.leaves if isinstance(s, spaces.Box)]
-        self.segments = []  # (path, leaf space, start, stop) in the flat vector
-        cursor = 0
-        for path, sub in discrete + continuous:
-            width = 1 if isinstance(sub, spaces.Discrete) else int(np.prod(sub.shape))
-            self.segments.append((path, sub, cursor, cursor + width))
-            cursor += width
-        nvec = np.concatenate([_categorical_sizes(s) for _, s in discrete]) if discrete else None
-        if continuous:
-            low = np.concatenate([s.low.ravel() for _, s in continuous]).astype(np.float32)
-            high = np.concatenate([s.high.ravel() for _, s in continuous]).astype(np.float32)
-        self._discrete_start = int(space.start) if isinstance(space, spaces.Discrete) else None
-        if isinstance(space, spaces.Discrete):
-            self.flat_space = spaces.Discrete(space.n)
-        elif not continuous:
-            self.flat_space = spaces.MultiDiscrete(nvec)
-        elif not discrete:
-            self.flat_space = spaces.Box(low, high, (len(low),), np.float32)
-        else:
-            self.flat_space = HybridBox(nvec, low, high)
-
-    def decode(self, flat: np.ndarray, env_name: str = "env", check: bool = True):
-        """Flat action (as sampled by the policy) -> the native action the env expects."""
-        if check:
-            self.check_flat(flat, env_name)
-        if self._discrete_start is not None:
-            return int(np.asarray(flat).flat[0]) + self._discrete_start
-        flat = np.asarray(flat).reshape(-1)
-        decoded = {path: _decode_leaf(sub, flat[start:stop]) for path, sub, start, stop in self.segments}
-        return build_nest(self.space, iter(decoded[path] for path, _ in self.leaves))
-
-    def fast_decoder(self):
-        """A decode without checks for the steps after validation; Discrete avoids array work."""
-        if self._discrete_start is None:
-            return _UncheckedDecoder(self)
-        return _DiscreteDecoder(self._discrete_start)
-
-    def check_flat(self, flat, env_name: str) -> None:
-        if not self.flat_space.contains(np.asarray(flat).astype(self.flat_space.dtype).reshape(self.flat_space.shape)):
-            raise SpaceError(
-                f"{env_name}: {self.name} {np.asarray(flat).tolist()!r} is outside the action space "
-                f"{self.flat_space}"
-            )
-
-
-class _DiscreteDecoder:
-    def __init__(self, start: int):
-        self.start = start
-
-    def __call__(self, flat) -> int:
-        return int(flat.item() if isinstance(flat, np.ndarray) else flat) + self.start
-
-
-class _UncheckedDecoder:
-    def __init__(self, layout: ActionLayout):
-        self.layout = layout
-
-    def __call__(self, flat):
-        return self.layout.decode(np.asarray(flat).reshape(self.layout.flat_space.shape), check=False)
-
-
-def _categorical_sizes(space: spaces.Space) -> np.ndarray:
-    if isinstance(space, spaces.Discrete):
-        return np.array([space.n], dtype=np.int64)
-    if isinstance(space, spaces.MultiBinary):
-        return np.full(int(np.prod(space.shape)), 2, dtype=np.int64)
-    return space.nvec.ravel().astype(np.int64)
-
-
-def _decode_leaf(space: spaces.Space, segment: np.ndarray):
-    if isinstance(space, spaces.Discrete):
-        return np.int64(int(segment[0]) + int(space.start))
-    if isinstance(space, spaces.MultiBinary):
-        return segment.astype(np.int8).reshape(space.shape)
-    if isinstance(space, spaces.MultiDiscrete):
-        return (segment.astype(space.dtype).reshape(space.shape) + space.start).astype(space.dtype)
-    return segment.astype(space.dtype).reshape(space.shape)
+        return getattr(puffer.actions, name)
+    raise AttributeError(f"module 'puffer.spaces' has no attribute {name!r}")

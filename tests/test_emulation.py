@@ -13,9 +13,10 @@ from gymnasium import spaces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from puffer.actions import ActionLayout, HybridBox
 from puffer.emulation import GymnasiumPufferEnv, SpaceError, nativize
 from puffer.models import Default
-from puffer.spaces import ActionLayout, FlatBox, HybridBox, ObsLayout, build_nest, iter_leaves
+from puffer.spaces import FlatBox, ObsLayout, build_nest, iter_leaves
 
 DTYPES = [np.float32, np.float64, np.float16, np.uint8, np.int8, np.int32, np.int64, np.uint16]
 shapes = st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple)
@@ -177,16 +178,19 @@ def test_full_range_frames_skip_only_the_bounds_they_cannot_break():
 
 
 def test_unsupported_space_is_rejected_at_wrap_time():
-    with pytest.raises(SpaceError, match=r"obs\['items'\] is a Sequence; .*Text, and Dict/Tuple"):
-        ObsLayout(spaces.Dict({"name": spaces.Text(5), "items": spaces.Sequence(spaces.Discrete(3))}))
+    with pytest.raises(SpaceError, match=r"obs\['graph'\] is a Graph; .*Text, Sequence, and Dict/Tuple"):
+        ObsLayout(spaces.Dict({"name": spaces.Text(5), "graph": spaces.Graph(spaces.Discrete(3), None)}))
+    with pytest.raises(SpaceError, match=r"obs\['items'\] is a Sequence of Dict; puffer reads Sequences of Box"):
+        ObsLayout(spaces.Dict({"items": spaces.Sequence(spaces.Dict({"a": spaces.Discrete(2)}))}))
 
 
 # Text leaves: any character set (non-ASCII too), lengths from min_length to max_length
 text_spaces = st.builds(
     lambda length, shortest, chars: spaces.Text(length, min_length=min(shortest, length), charset=chars),
     st.integers(1, 12), st.integers(0, 3), st.text(alphabet="abcxyz XYZ.,:!é€0123", min_size=1, max_size=10))
+sequence_spaces = st.builds(spaces.Sequence, leaf_spaces)
 observation_spaces = st.recursive(
-    st.one_of(leaf_spaces, text_spaces),
+    st.one_of(leaf_spaces, text_spaces, sequence_spaces),
     lambda children: st.one_of(
         st.lists(children, min_size=1, max_size=3).map(lambda xs: spaces.Tuple(xs)),
         st.dictionaries(st.sampled_from("abcdef"), children, min_size=1, max_size=3).map(spaces.Dict),
@@ -197,18 +201,21 @@ observation_spaces = st.recursive(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(space=observation_spaces, seed=st.integers(0, 2**31 - 1))
-def test_text_leaves_in_any_nest_round_trip_exactly_as_strings(space, seed):
+def test_text_and_sequence_leaves_in_any_nest_round_trip_exactly(space, seed):
     space.seed(seed)
-    layout = ObsLayout(space)
-    value = space.sample()
+    layout = ObsLayout(space, max_sequence_length=6)
+    value = truncate_sequences(space, space.sample(), 6)
     layout.check(value, "Env-v0")
     row = np.zeros(layout.flat_space.shape, layout.flat_space.dtype)
     layout.write(layout.leaf_views(row), value)
     back = layout.native(row)
-    for path, leaf in iter_leaves(space):
+    for path, leaf in native_leaves(space):
         got, want = _get(back, path), _get(value, path)
         if isinstance(leaf, spaces.Text):
             assert got == want and isinstance(got, str)
+        elif isinstance(leaf, spaces.Sequence):
+            assert isinstance(got, tuple) and len(got) == len(want)
+            assert all(np.array_equal(np.asarray(g), np.asarray(w)) for g, w in zip(got, want, strict=True))
         else:
             assert np.array_equal(np.asarray(got), np.asarray(want))
     # and a model reads the codes: one int32 column per character, 0 after the end
@@ -217,6 +224,38 @@ def test_text_leaves_in_any_nest_round_trip_exactly_as_strings(space, seed):
             text = _get(value, leaf.path)
             assert codes.dtype == torch.int32 and codes.shape == (1, leaf.space.max_length)
             assert (codes[0, len(text):] == 0).all() and (codes[0, : len(text)] > 0).all()
+
+
+def native_leaves(space, path=()):
+    """(path, space) of the leaves as the env sees them: Text and Sequence whole."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            yield from native_leaves(sub, path + (key,))
+    elif isinstance(space, spaces.Tuple):
+        for index, sub in enumerate(space.spaces):
+            yield from native_leaves(sub, path + (index,))
+    else:
+        yield path, space
+
+
+def truncate_sequences(space, value, length):
+    """A sample with every Sequence cut to `length` elements (gymnasium samples any length)."""
+    if isinstance(space, spaces.Dict):
+        return {key: truncate_sequences(sub, value[key], length) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(truncate_sequences(sub, v, length) for sub, v in zip(space.spaces, value, strict=True))
+    if isinstance(space, spaces.Sequence):
+        return tuple(value[:length])
+    return value
+
+
+def test_a_sequence_longer_than_kept_is_named_with_the_key_to_raise():
+    layout = ObsLayout(spaces.Dict({"units": spaces.Sequence(spaces.Discrete(3))}), max_sequence_length=2)
+    with pytest.raises(SpaceError, match=r"obs\['units'\]: a sequence of 3 elements; 2 are kept "
+                                         r"\(set env.max_sequence_length\)"):
+        layout.check({"units": (0, 1, 2)}, "Game-v0")
+    with pytest.raises(SpaceError, match=r"obs\['units'\]\[1\]: value 7 is outside"):
+        layout.check({"units": (0, 7)}, "Game-v0")
 
 
 def test_a_string_that_does_not_fit_its_text_space_is_named():
@@ -362,3 +401,13 @@ def test_a_float_observation_slightly_outside_its_bounds_is_warned_once_not_fata
         layout.check({**drifted, "pos": np.array([0.0, 4.0], np.float32)}, "LunarLanderLike-v0")
     with pytest.raises(SpaceError, match=r"obs\['cell'\]: value 10 at index \[0\] is outside"):
         layout.check({**drifted, "cell": np.array([10])}, "LunarLanderLike-v0")
+
+
+def test_action_spaces_pickled_under_their_old_module_still_load():
+    """model.pt files written before puffer.actions existed name puffer.spaces.HybridBox."""
+    import pickle
+
+    old = pickle.dumps(HybridBox([3], [-1.0], [1.0]), protocol=0).replace(b"cpuffer.actions\n", b"cpuffer.spaces\n")
+    assert b"cpuffer.spaces\nHybridBox" in old
+    space = pickle.loads(old)
+    assert isinstance(space, HybridBox) and space.nvec.tolist() == [3]

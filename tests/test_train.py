@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 from wandb_records import finished_run_records
 
 from puffer.evaluation import EVAL_SEED_OFFSET
@@ -168,3 +169,38 @@ def test_wandb_online_without_a_reachable_server_trains_on_offline(tmp_path, mak
     assert "continuing offline" in caplog.text
     records = finished_run_records(tmp_path)  # the offline run file holds the metrics
     assert any(r.HasField("history") for r in records)
+
+
+class Crowd(gym.Env):
+    """Observes a varying number of others (a Sequence of positions): reward for moving toward the
+    first of them, so the policy must read the sequence."""
+
+    observation_space = spaces.Dict({"others": spaces.Sequence(spaces.Box(-1, 1, (2,), np.float32)),
+                                     "me": spaces.Box(-1, 1, (2,), np.float32)})
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        count = int(self.np_random.integers(1, 4))
+        self.others = tuple(self.np_random.uniform(-1, 1, 2).astype(np.float32) for _ in range(count))
+        return {"others": self.others, "me": np.zeros(2, np.float32)}
+
+    def step(self, action):
+        reward = float((self.others[0][0] > 0) == (action == 1))
+        self.t += 1
+        return self._obs(), reward, False, self.t >= 20, {}
+
+
+def test_a_sequence_observation_trains_from_the_cli_config(make_cfg, tmp_path):
+    gym.register(id="puffer_test/Crowd-v0", entry_point=Crowd)
+    metrics = run(make_cfg("env=classic/gym", "env.id=puffer_test/Crowd-v0", "env.max_sequence_length=3",
+                           "train.total_timesteps=8192", "eval.episodes=10"), tmp_path)
+    # reading the first element's sign is worth 20 per episode; chance is 10
+    assert metrics["eval/return_mean"] > 15, metrics

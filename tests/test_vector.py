@@ -426,7 +426,7 @@ def test_a_stopped_worker_is_an_error_not_a_hang(children):
 def test_a_vector_envs_random_actions_are_valid_for_dict_actions_mixing_discrete_and_box():
     from test_agent import DictWorld
 
-    from puffer.spaces import BatchedHybridBox
+    from puffer.actions import BatchedHybridBox
 
     vec = puffer.vector.make(lambda: GymnasiumPufferEnv(env=DictWorld()), num_envs=3, seed=0)
     assert isinstance(vec.action_space, BatchedHybridBox)

@@ -14,6 +14,7 @@ import gymnasium
 
 from puffer.config import ConfigError
 from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv, TurnBasedPufferEnv
+from puffer.spaces import SEQUENCE_LENGTH
 
 
 def describe(env_cfg) -> str:
@@ -30,14 +31,15 @@ def describe(env_cfg) -> str:
 
 
 def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps: int = 1000,
-                   render_mode: str | None = None, wrappers: list | None = None) -> GymnasiumPufferEnv:
+                   render_mode: str | None = None, wrappers: list | None = None,
+                   max_sequence_length: int = SEQUENCE_LENGTH) -> GymnasiumPufferEnv:
     try:
         env = gymnasium.make(id, render_mode=render_mode, **(kwargs or {}))
     except gymnasium.error.Error as exc:
         raise ConfigError(f"env.id={id!r}: gymnasium cannot make it ({exc})") from exc
     for index, wrapper in enumerate(wrappers or []):
         env = wrap(env, wrapper, f"env.wrappers[{index}]")
-    return GymnasiumPufferEnv(env=env, validate_steps=validate_steps)
+    return GymnasiumPufferEnv(env=env, validate_steps=validate_steps, max_sequence_length=max_sequence_length)
 
 
 def wrap(env, wrapper, key: str):
@@ -58,7 +60,8 @@ def wrap(env, wrapper, key: str):
 
 
 def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,
-                    validate_steps: int = 1000, render_mode: str | None = None) -> PettingZooPufferEnv | TurnBasedPufferEnv:
+                    validate_steps: int = 1000, render_mode: str | None = None,
+                    max_sequence_length: int = SEQUENCE_LENGTH) -> PettingZooPufferEnv | TurnBasedPufferEnv:
     try:
         env_module = importlib.import_module(module)
     except ImportError as exc:
@@ -69,7 +72,8 @@ def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,
     extra = {"render_mode": render_mode} if render_mode is not None else {}
     if hasattr(env_module, "parallel_env"):
         return PettingZooPufferEnv(env=env_module.parallel_env(**(kwargs or {}), **extra),
-                                   validate_steps=validate_steps)
+                                   validate_steps=validate_steps, max_sequence_length=max_sequence_length)
     if hasattr(env_module, "env"):  # turn-based (AEC) only: the classic board and card games
-        return TurnBasedPufferEnv(env=env_module.env(**(kwargs or {}), **extra), validate_steps=validate_steps)
+        return TurnBasedPufferEnv(env=env_module.env(**(kwargs or {}), **extra), validate_steps=validate_steps,
+                                  max_sequence_length=max_sequence_length)
     raise ConfigError(f"env.module={module!r}: expected a PettingZoo env module with parallel_env() or env()")

@@ -63,13 +63,16 @@ class PPO(Trainer):
         to move). The transition from one of an agent's moves to its next sums the rewards of
         every step in between (its opponents' moves included) and bootstraps from the value at
         its next move; an episode end in between cuts it (terminals don't bootstrap, truncations
-        bootstrap from the final observation's value, the next row's). With every row valid
-        but the dummy step after an episode end, this is the GAE above."""
+        bootstrap from the final observation's value, the next row's). An agent's last move in
+        the rollout whose next move lies beyond it has no value to bootstrap from (the value of
+        a position where it is not to move is never trained): it is left out of the update.
+        With every row valid but the dummy step after an episode end, this is the GAE above."""
         c, r = self.config, self.rollout
         T = c.num_steps
         zeros = torch.zeros_like(r.next_value)
         adv_next, value_next = zeros.clone(), r.next_value.clone()
         rewards, terminal, cut = zeros.clone(), zeros.clone(), zeros.clone()
+        unknown = ~r.next_valid  # the next move's value is not in this rollout
         for t in reversed(range(T)):
             ended = r.dones[t]
             final_value = r.next_value if t == T - 1 else r.values[t + 1]
@@ -80,7 +83,10 @@ class PPO(Trainer):
             value_next = torch.where(ended > 0, final_value, value_next)
             delta = rewards + c.gamma * value_next * (1 - terminal) - r.values[t]
             advantage = delta + c.gamma * c.gae_lambda * (1 - cut) * adv_next
-            valid = r.valid[t]
+            unknown = unknown & (ended == 0)
+            valid = r.valid[t].clone()  # a move (the carries below restart at it) ...
+            r.valid[t] &= ~unknown  # ... but one with no value to bootstrap from is not learned from
+            unknown = unknown & ~valid
             self.advantages[t] = torch.where(valid, advantage, zeros)
             # at a move, the carried quantities start again for the agent's previous move
             adv_next = torch.where(valid, advantage, torch.where(ended > 0, zeros, adv_next))

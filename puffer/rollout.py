@@ -65,6 +65,8 @@ class Rollout:
         self.dones = torch.zeros((T, N), **on)
         self.valid = torch.zeros((T, N), dtype=torch.bool, **on)
         self.next_value = torch.zeros(N, **on)  # the value of each row's observation after step T
+        # whether that observation is a valid step (its agent alive, to move, not a reset step)
+        self.next_valid = torch.ones(N, dtype=torch.bool, **on)
         if getattr(policy, "is_recurrent", False):  # the state at t=0, and where episodes start
             self.state0 = policy.initial_state(N, device)
             self.starts = torch.zeros((T, N), dtype=torch.bool, **on)
@@ -139,6 +141,7 @@ class Collector:
                         r.next_value[index] = self._recurrent_step(None, rows, index, obs_t, masks)[1]
                     else:
                         r.next_value[index] = self.forward(obs_t)[1]
+                    r.next_valid[index] = torch.from_numpy(masks & ~self._prev_done[rows]).to(self.device)
                 self._held.append((rows, obs.copy(), masks.copy()))
                 remaining -= len(self._ptr[rows])
 

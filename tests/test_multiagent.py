@@ -160,11 +160,12 @@ def test_a_turn_based_game_trains_from_its_config_and_is_evaluated_against_rando
     metrics = run(make_cfg("env=pettingzoo/tictactoe", "vec.num_envs=4", "train.num_steps=32",
                            "train.total_timesteps=1024", "eval.episodes=10"), tmp_path)
     assert metrics["eval/vs_random_games"] == 10
-    assert metrics["eval/vs_random_win"] + metrics["eval/vs_random_draw"] + metrics["eval/vs_random_loss"] == 1
+    rates = metrics["eval/vs_random_win"] + metrics["eval/vs_random_draw"] + metrics["eval/vs_random_loss"]
+    assert rates == pytest.approx(1.0)
 
 
 @pytest.mark.slow
 def test_connect_four_in_self_play_beats_a_random_player(make_cfg, tmp_path):
-    # the shipped config (300k steps): 88% of 100 games won at seed 0 (a random player wins half)
-    metrics = run(make_cfg("env=pettingzoo/connect_four", "eval.episodes=100"), tmp_path)
-    assert metrics["eval/vs_random_win"] >= 0.8, metrics
+    # the shipped config (300k steps): 94% of 200 games won at seed 0 (a random player wins half)
+    metrics = run(make_cfg("env=pettingzoo/connect_four", "eval.episodes=200"), tmp_path)
+    assert metrics["eval/vs_random_win"] >= 0.85, metrics

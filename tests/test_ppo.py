@@ -278,3 +278,19 @@ def test_turn_advantages_credit_an_opponents_winning_move_to_the_move_before_it(
     assert a[3, 1].item() == pytest.approx(1 - 0.8)  # the winning move
     assert a[1, 1].item() == pytest.approx(0 + 0.5 * 0.8 - 0.4 + 0.5 * a[3, 1].item())
     assert a[~r.valid].eq(0).all()
+
+
+def test_a_last_move_whose_next_move_lies_beyond_the_rollout_is_not_learned_from():
+    # row 0 moves at 0 and 2, row 1 at 1 and 3; after step 3 it is row 0's move (next_valid)
+    trainer = make_trainer(num_envs=2, num_steps=4, gamma=0.5, gae_lambda=1.0)
+    r = trainer.rollout
+    r.values[:] = torch.tensor([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6], [0.7, 0.8]])
+    r.rewards[:], r.dones[:], r.terminals[:] = 0, 0, 0
+    r.valid[:] = torch.tensor([[True, False], [False, True], [True, False], [False, True]])
+    r.next_value[:] = torch.tensor([0.9, 0.0])
+    r.next_valid[:] = torch.tensor([True, False])
+    trainer.compute_turn_advantages()
+    assert r.valid[:, 0].tolist() == [True, False, True, False]  # row 0 bootstraps from 0.9
+    assert trainer.advantages[2, 0].item() == pytest.approx(0.5 * 0.9 - 0.5)
+    assert r.valid[:, 1].tolist() == [False, True, False, False]  # its move at 3: nothing to go on
+    assert trainer.advantages[1, 1].item() == pytest.approx(0.5 * 0.8 - 0.4 + 0.5 * trainer.advantages[3, 1].item())

@@ -230,21 +230,12 @@ def _episode_info(episode_return: float, length: int, info: dict | None = None) 
     return out
 
 
-class PettingZooPufferEnv(PufferEnv):
-    """A PettingZoo parallel env (or an AEC env that aec_to_parallel accepts) as a puffer env with one row per
-    possible agent. Agents that are not alive get zero observations, reward 0 and mask False;
-    their actions are dropped. Every agent must share one observation and one action space."""
+class _AgentRows(PufferEnv):
+    """What both PettingZoo wrappers share: one row per possible agent, all agents of one
+    observation and one action space, episode bookkeeping and the "next step" autoreset.
+    Subclasses reset their env in `_reset_env` and step it in `step`."""
 
-    def __init__(self, env=None, env_creator=None, env_args=(), env_kwargs=None,
-                 buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000,
-                 max_sequence_length: int = SEQUENCE_LENGTH):
-        env = _build(env, env_creator, env_args, env_kwargs, "PettingZooPufferEnv")
-        from pettingzoo.utils.env import AECEnv
-
-        if isinstance(env, AECEnv):
-            from pettingzoo.utils.conversions import aec_to_parallel
-
-            env = aec_to_parallel(env)
+    def __init__(self, env, buf: Buffers | None, seed: int, validate_steps: int, max_sequence_length: int):
         self.env = env
         self.name = _env_name(env)
         self.possible_agents = list(env.possible_agents)
@@ -263,17 +254,75 @@ class PettingZooPufferEnv(PufferEnv):
         self.single_observation_space = self.obs_layout.flat_space
         self.single_action_space = self.action_layout.flat_space
         self.num_agents = len(self.possible_agents)
-        self.validate_steps = validate_steps
-        self.seed = seed
-        self._checked = 0
-        self._needs_reset = True
-        self._started = False
+        self.validate_steps, self.seed = validate_steps, seed
+        self._checked, self._needs_reset, self._started = 0, True, False
         self.set_buffers(buf)
 
     def set_buffers(self, buffers: Buffers | None) -> None:
         super().set_buffers(buffers)
         self._obs_views = [self.obs_layout.leaf_views(self.observations[row, ...])
                            for row in range(self.num_agents)]
+
+    def __setstate__(self, state: dict) -> None:
+        returns = state.get("_returns")
+        if isinstance(returns, dict):  # pickled before the returns were an array by row
+            state["_returns"] = np.array([returns[agent] for agent in state["possible_agents"]], np.float64)
+        super().__setstate__(state)
+
+    def _reset_env(self, seed: int | None) -> None:
+        raise NotImplementedError
+
+    def _start_episode(self, seed: int | None) -> None:
+        self._reset_env(seed)
+        self.rewards[...] = 0
+        self.terminals[...] = False
+        self.truncations[...] = False
+        self._returns = np.zeros(self.num_agents)
+        self._length = 0
+        self._needs_reset, self._started = False, True
+
+    def reset(self, seed: int | None = None):
+        self._start_episode(self.seed if seed is None else seed)
+        return self.observations, []
+
+    def _autoreset(self) -> bool:
+        """The step after an episode's end: the reset observation, the action ignored."""
+        if not self._started:
+            raise RuntimeError(f"{self.name}: call reset() before step()")
+        if self._needs_reset:
+            self._start_episode(None)
+            return True
+        return False
+
+    def _end_episode(self) -> tuple:
+        self._needs_reset = True
+        info = _episode_info(float(np.mean(self._returns)), self._length)
+        info.update({f"episode_return/{a}": float(r) for a, r in zip(self.possible_agents, self._returns, strict=True)})
+        return self.outputs([info])
+
+    def render(self):
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class PettingZooPufferEnv(_AgentRows):
+    """A PettingZoo parallel env (or an AEC env that aec_to_parallel accepts) as a puffer env
+    with one row per possible agent. Agents that are not alive get zero observations, reward 0
+    and mask False; their actions are dropped."""
+
+    def __init__(self, env=None, env_creator=None, env_args=(), env_kwargs=None,
+                 buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000,
+                 max_sequence_length: int = SEQUENCE_LENGTH):
+        env = _build(env, env_creator, env_args, env_kwargs, "PettingZooPufferEnv")
+        from pettingzoo.utils.env import AECEnv
+
+        if isinstance(env, AECEnv):
+            from pettingzoo.utils.conversions import aec_to_parallel
+
+            env = aec_to_parallel(env)
+        super().__init__(env, buf, seed, validate_steps, max_sequence_length)
 
     def _write_rows(self, observations: dict) -> None:
         self.observations[...] = 0
@@ -288,25 +337,12 @@ class PettingZooPufferEnv(PufferEnv):
             self.masks[row] = True
         self._checked += 1
 
-    def _start_episode(self, seed: int | None) -> None:
+    def _reset_env(self, seed: int | None) -> None:
         observations, _ = self.env.reset(seed=seed)
         self._write_rows(observations)
-        self.rewards[...] = 0
-        self.terminals[...] = False
-        self.truncations[...] = False
-        self._returns = dict.fromkeys(self.possible_agents, 0.0)
-        self._length = 0
-        self._needs_reset, self._started = False, True
-
-    def reset(self, seed: int | None = None):
-        self._start_episode(self.seed if seed is None else seed)
-        return self.observations, []
 
     def step(self, actions):
-        if not self._started:
-            raise RuntimeError(f"{self.name}: call reset() before step()")
-        if self._needs_reset:
-            self._start_episode(None)
+        if self._autoreset():
             return self.outputs([])
         actions = np.asarray(actions).reshape((self.num_agents, *self.single_action_space.shape))
         check = self._checked < self.validate_steps
@@ -321,23 +357,14 @@ class PettingZooPufferEnv(PufferEnv):
             self.rewards[row] = rewards.get(agent, 0.0)
             self.terminals[row] = terminations.get(agent, False)
             self.truncations[row] = truncations.get(agent, False)
-            self._returns[agent] += float(rewards.get(agent, 0.0))
+            self._returns[row] += float(rewards.get(agent, 0.0))
         self._length += 1
         if self.env.agents:
             return self.outputs([])
-        self._needs_reset = True
-        info = _episode_info(np.mean(list(self._returns.values())), self._length)
-        info.update({f"episode_return/{agent}": r for agent, r in self._returns.items()})
-        return self.outputs([info])
-
-    def render(self):
-        return self.env.render()
-
-    def close(self) -> None:
-        self.env.close()
+        return self._end_episode()
 
 
-class TurnBasedPufferEnv(PufferEnv):
+class TurnBasedPufferEnv(_AgentRows):
     """A turn-based PettingZoo (AEC) env, such as the classic board games, with one row per
     possible agent. Every row holds its agent's own observation each step (so its value can be
     estimated), but only the row whose turn it is has mask True: it alone acts, and the other
@@ -345,7 +372,7 @@ class TurnBasedPufferEnv(PufferEnv):
     credited with what its opponents' moves did to it. `turn_based` tells the trainer to
     compute advantages over each agent's own turns (puffer.ppo), carrying the rewards between
     two of its moves to the first. An `action_mask` in the observation masks the policy's logits
-    (puffer.models.ActionMasked). Every agent must share one observation and one action space."""
+    (puffer.models.ActionMasked)."""
 
     turn_based = True
 
@@ -353,29 +380,7 @@ class TurnBasedPufferEnv(PufferEnv):
                  buf: Buffers | None = None, seed: int = 0, validate_steps: int = 1000,
                  max_sequence_length: int = SEQUENCE_LENGTH):
         env = _build(env, env_creator, env_args, env_kwargs, "TurnBasedPufferEnv")
-        self.env = env
-        self.name = _env_name(env)
-        self.possible_agents = list(env.possible_agents)
-        first = self.possible_agents[0]
-        for agent in self.possible_agents[1:]:
-            for kind in ("observation_space", "action_space"):
-                mine, theirs = getattr(env, kind)(agent), getattr(env, kind)(first)
-                if mine != theirs:
-                    raise SpaceError(f"{self.name}: agent {agent!r} has {kind} {mine}, but agent "
-                                     f"{first!r} has {theirs}; puffer batches agents as rows of one space")
-        self.obs_layout = ObsLayout(env.observation_space(first), max_sequence_length=max_sequence_length)
-        self.action_layout = ActionLayout(env.action_space(first))
-        self.single_observation_space = self.obs_layout.flat_space
-        self.single_action_space = self.action_layout.flat_space
-        self.num_agents = len(self.possible_agents)
-        self.validate_steps, self.seed = validate_steps, seed
-        self._checked, self._needs_reset, self._started = 0, True, False
-        self.set_buffers(buf)
-
-    def set_buffers(self, buffers: Buffers | None) -> None:
-        super().set_buffers(buffers)
-        self._obs_views = [self.obs_layout.leaf_views(self.observations[row, ...])
-                           for row in range(self.num_agents)]
+        super().__init__(env, buf, seed, validate_steps, max_sequence_length)
 
     def _write_rows(self) -> None:
         """Every agent's observation; mask True on the row whose turn it is."""
@@ -400,25 +405,12 @@ class TurnBasedPufferEnv(PufferEnv):
             extra += [env.rewards.get(agent, 0.0) for agent in self.possible_agents]
         return extra
 
-    def _start_episode(self, seed: int | None) -> None:
+    def _reset_env(self, seed: int | None) -> None:
         self.env.reset(seed=seed)
         self._write_rows()
-        self.rewards[...] = 0
-        self.terminals[...] = False
-        self.truncations[...] = False
-        self._returns = np.zeros(self.num_agents)
-        self._length = 0
-        self._needs_reset, self._started = False, True
-
-    def reset(self, seed: int | None = None):
-        self._start_episode(self.seed if seed is None else seed)
-        return self.observations, []
 
     def step(self, actions):
-        if not self._started:
-            raise RuntimeError(f"{self.name}: call reset() before step()")
-        if self._needs_reset:
-            self._start_episode(None)
+        if self._autoreset():
             return self.outputs([])
         env = self.env
         actions = np.asarray(actions).reshape((self.num_agents, *self.single_action_space.shape))
@@ -440,16 +432,7 @@ class TurnBasedPufferEnv(PufferEnv):
         if not over:
             return self.outputs([])
         self.masks[...] = False
-        self._needs_reset = True
-        info = _episode_info(float(np.mean(self._returns)), self._length)
-        info.update({f"episode_return/{a}": float(r) for a, r in zip(self.possible_agents, self._returns, strict=True)})
-        return self.outputs([info])
-
-    def render(self):
-        return self.env.render()
-
-    def close(self) -> None:
-        self.env.close()
+        return self._end_episode()
 
 
 def nativize(flat, observation_space: gymnasium.spaces.Space):

@@ -79,20 +79,19 @@ def export_slurm_ranks() -> bool:
     return True
 
 
-def rank_from_env() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
 def init(device: str, backend: str = "auto", timeout: float = 300.0) -> Context:
     """Join the process group torchrun describes; returns the context (SINGLE when not launched)."""
     global _context
     if not launched():
         return SINGLE
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if device.startswith("cuda") else "gloo"
+        if backend == "nccl":  # NCCL's own buffers (and the object collectives) use the current GPU
+            torch.cuda.set_device(local_rank)
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
-    _context = Context(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    _context = Context(dist.get_rank(), dist.get_world_size(), local_rank)
     log.info("rank %d of %d (%s)", _context.rank, _context.world_size, dist.get_backend())
     return _context
 
@@ -116,7 +115,9 @@ def broadcast_parameters(module: torch.nn.Module) -> None:
     if not _context.enabled:
         return
     for tensor in [*module.parameters(), *module.buffers()]:
-        dist.broadcast(tensor.data, src=0)
+        sent = tensor.data.to(_wire(), copy=True)  # the policy is still on the CPU here
+        dist.broadcast(sent, src=0)
+        tensor.data.copy_(sent)
 
 
 def average_gradients(parameters) -> None:
@@ -135,11 +136,17 @@ def average_gradients(parameters) -> None:
         offset += g.numel()
 
 
+def _wire() -> torch.device:
+    """Where a collective's tensors must be: NCCL only moves CUDA tensors."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def all_sum(values: torch.Tensor) -> torch.Tensor:
-    """`values` summed over the ranks (itself in a single process)."""
+    """`values` summed over the ranks (itself in a single process), on their own device."""
     if _context.parallel:
-        values = values.clone()
-        dist.all_reduce(values)
+        summed = values.to(_wire(), copy=True)
+        dist.all_reduce(summed)
+        values = summed.to(values.device)
     return values
 
 
@@ -159,7 +166,7 @@ def any_rank(flag: bool) -> bool:
     """True on every rank when it is True on any."""
     if not _context.parallel:
         return flag
-    value = torch.tensor([int(flag)])
+    value = torch.tensor([int(flag)], device=_wire())
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
 

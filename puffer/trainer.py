@@ -265,6 +265,9 @@ class Trainer:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.global_step = state["epoch"], state["global_step"]
+        if len(state.get("ranks") or [None]) != self.world.world_size:
+            # another world size: the epochs that the saved steps make at this one's epoch size
+            self.epoch = self.global_step // self.steps_per_epoch
         self.epoch_end_step = self.global_step
         own = self.own_rank_state(state)
         if own is None:  # a rank the checkpoint did not have: envs and randomness from its seed
@@ -283,8 +286,9 @@ class Trainer:
         if saved_world != self.world.world_size:
             if self.world.is_main:
                 log.warning("the checkpoint was saved by %d rank(s), this run has %d: weights, optimizer "
-                            "and counters are restored; the envs and random states of ranks the "
-                            "checkpoint lacks start from their seeds (the run is not bit-identical)",
+                            "and the step count are restored (epochs recounted at this epoch size); "
+                            "the envs and random states of ranks the checkpoint lacks start from "
+                            "their seeds (the run is not bit-identical)",
                             saved_world, self.world.world_size)
         if ranks is None:
             return state if self.world.rank == 0 else None

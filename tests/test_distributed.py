@@ -64,7 +64,7 @@ def test_two_ranks_learn_cartpole_at_the_same_total_steps(tmp_path):
     assert not list(Path("outputs").glob("**/puffer-rank1-*"))
 
 
-def test_two_ranks_resume_on_two_ranks_bit_for_bit_and_agree_on_their_statistics(tmp_path):
+def test_two_ranks_resume_on_two_ranks_bit_for_bit_and_agree_on_their_statistics(tmp_path, make_cfg, caplog):
     small = ["train.total_timesteps=4096", "train.num_steps=64", "eval.episodes=0", "policy.norm_obs=true",
              "train.norm_reward=true", "train.checkpoint_interval=2", "train.keep_checkpoints=0"]
     torchrun(2, tmp_path / "full", *small)  # 4 epochs of 2 ranks x 8 envs x 64 steps
@@ -84,6 +84,11 @@ def test_two_ranks_resume_on_two_ranks_bit_for_bit_and_agree_on_their_statistics
     # most (dummy reset steps are left out)
     count = weights(tmp_path / "full" / final)["obs_rms.count"]
     assert 4 * 8 * 64 < count <= 4 * 2 * 8 * 64
+    # the same checkpoint on one process: weights and counters restored, and a warning that the
+    # other rank's envs and random states are not
+    resumed = run(make_cfg(*small, f"resume={checkpoints / 'epoch_000002.pt'}"), tmp_path / "single")
+    assert "saved by 2 rank(s), this run has 1" in caplog.text
+    assert resumed["train/epoch"] == 8  # 2 saved epochs of 2 ranks count as 4 of one: 4 more to 4096 steps
 
 
 def marked_processes(marker: str) -> list[psutil.Process]:

@@ -31,6 +31,7 @@ from puffer.normalize import RewardScaler
 from puffer.optim import make_optimizer
 from puffer.profiler import Profiler
 from puffer.rollout import Collector, Rollout
+from puffer.vector.base import EnvError
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class Trainer:
         self.profiler.restart()
         while self.epoch < self.num_epochs:
             with threads.using(self.threads.rollout):
-                self.collect()
+                self.collect_or_stop()
             with self.profiler.learn, threads.using(self.threads.learn):
                 losses = self.update()
                 self.update_obs_stats()
@@ -213,6 +214,20 @@ class Trainer:
         if self.run_dir is not None and not (c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0):
             self.save_checkpoint()
         return dict(self.last_metrics)
+
+    def collect_or_stop(self) -> None:
+        """`collect()`; when the envs fail after a stop was requested, the signal reached them
+        too (a local Ray's processes share the process group that SLURM or `timeout` signals):
+        what was learned up to the last completed epoch is saved as an interrupted checkpoint
+        (without the envs, which restart from their seeds) and training stops."""
+        try:
+            self.collect()
+        except EnvError as exc:
+            if self.stop_requested is None or self.run_dir is None:
+                raise
+            log.warning("the envs failed after %s (%s); saving the last completed epoch without them",
+                        self.stop_requested, str(exc).splitlines()[0])
+            raise Stopped(self.stop_requested, self.save_checkpoint(interrupted=True)) from exc
 
     def agree_on_requests(self) -> None:
         """Under torchrun a signal reaches one rank or all: every rank saves (rank 0 writes) and

@@ -236,8 +236,8 @@ class Collector:
         back as a truncation): its steps in this rollout are made invalid, so that nothing is
         learned from an episode cut by a crash. Earlier rollouts already learned from its start."""
         r = self.rollout
-        for row in np.concatenate([np.arange(e * self.vecenv.agents_per_env, (e + 1) * self.vecenv.agents_per_env)
-                                   for e in env_ids]):
+        rows = self._rows(np.sort(np.asarray(env_ids)))
+        for row in (range(rows.start, rows.stop) if isinstance(rows, slice) else rows):
             end = int(self._ptr[row])  # steps acted this rollout; the last one's result is the failure
             ended = torch.nonzero(r.dones[: max(end - 1, 0), row]).flatten()
             start = int(ended[-1]) + 1 if len(ended) else 0

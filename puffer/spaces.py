@@ -104,13 +104,17 @@ def _has_sequence(space: spaces.Space) -> bool:
     return False
 
 
+# How MissionSpace is read (one object: value checks ask for it at every validated step).
+MISSION_TEXT = spaces.Text(MISSION_LENGTH, min_length=0, charset=string.printable)
+
+
 def text_space(space: spaces.Space) -> spaces.Text | None:
     """The Text a string-valued space is read as: itself, or for MiniGrid's MissionSpace (no
     length or characters declared) printable ASCII up to MISSION_LENGTH; None for other spaces."""
     if isinstance(space, spaces.Text):
         return space
     if type(space).__name__ == "MissionSpace":
-        return spaces.Text(MISSION_LENGTH, min_length=0, charset=string.printable)
+        return MISSION_TEXT
     return None
 
 

@@ -360,15 +360,19 @@ class Multiprocessing(VecEnv):
                                  self.agents_per_env)
                 self._in_main.append(group)
                 infos = None
-            elif self._watchdog is not None and command in (STEP, RESET):
-                with self._watchdog.watching():
+            else:
+                # a step or reset past step_timeout is interrupted by the watchdog (start/stop,
+                # not a `with`: a generator per step costs ~1 us)
+                watched = self._watchdog is not None and command in (STEP, RESET)
+                if watched:
+                    self._watchdog.start()
+                try:
                     self._in_main[0], infos = execute(
                         command, self._in_main[0], self._main_actions, self._seed,
                         self._step_seconds, 0, lambda: pickle.loads(payload))
-            else:
-                self._in_main[0], infos = execute(
-                    command, self._in_main[0], self._main_actions, self._seed,
-                    self._step_seconds, 0, lambda: pickle.loads(payload))
+                finally:
+                    if watched:
+                        self._watchdog.stop()
         except StepTimeout:
             self._reply, self._states[0], self._has_message[0] = self._watchdog.describe(), ERROR, True
             return

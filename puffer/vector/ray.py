@@ -142,16 +142,19 @@ class Ray(VecEnv):
         self.restart_budget = restart_failed_workers  # self-healing: VecEnv.count_restart
         self._build = (creators, env_args, env_kwargs)
         try:
-            self._start(address, creators, env_args, env_kwargs)
+            self._start(address)
         except BaseException:  # Ctrl-C during start-up too: no Ray process or actor left behind
             self.close()
             raise
 
-    def _start(self, address, creators, env_args, env_kwargs) -> None:
+    def _start(self, address) -> None:
         """Start (or join) Ray and the actors; every actor built its envs, or its error is raised."""
         if self._started_ray:
             self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
                            configure_logging=False)
+        # stack() in a concurrency group of its own, so that it answers while a step is stuck;
+        # every other method stays in the default group, one at a time, in order
+        self._remote = self._ray.remote(num_cpus=0, concurrency_groups={"inspect": 1})(_Worker)
         self._actors = [self._new_actor(w) for w in range(self.num_workers)]
         self._pending = {actor.ready.remote(): w for w, actor in enumerate(self._actors)}
         self._drain()
@@ -159,11 +162,8 @@ class Ray(VecEnv):
     def _new_actor(self, w: int):
         creators, env_args, env_kwargs = self._build
         per = self.envs_per_worker
-        # stack() in a concurrency group of its own, so that it answers while a step is stuck;
-        # every other method stays in the default group, one at a time, in order
-        remote = self._ray.remote(num_cpus=0, concurrency_groups={"inspect": 1})(_Worker)
-        return remote.remote(creators[w * per : (w + 1) * per], env_args, env_kwargs, w * per,
-                             self.agents_per_env)
+        return self._remote.remote(creators[w * per : (w + 1) * per], env_args, env_kwargs, w * per,
+                                   self.agents_per_env)
 
     def _restarted(self, w: int, failure: str):
         """A new actor for failed worker w, its envs reset on fresh seeds; its result reads as a

@@ -18,6 +18,43 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+def wait_for_epochs(proc, run_dir: Path, epochs: int = 3, timeout: float = 120, output=None) -> None:
+    """Until the run in `run_dir` (started as `proc`) has logged `epochs` epochs; fails with what
+    it printed (`output()`, or its stdout) if it exits or times out first."""
+    import time
+
+    metrics = Path(run_dir) / "metrics.jsonl"
+    deadline = time.monotonic() + timeout
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= epochs):
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            raise AssertionError(output() if output is not None else proc.stdout.read() if proc.stdout else "")
+        time.sleep(0.2)
+
+
+def marked_processes(marker: str) -> list:
+    """Live processes whose environment holds PUFFER_TEST_MARKER=marker (a test's subprocess
+    and everything it started, Ray's and torchrun's processes included)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("PUFFER_TEST_MARKER") == marker:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def assert_no_marked_process_left(marker: str, within: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + within
+    while marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p.name() for p in marked_processes(marker)]
+
+
 @pytest.fixture
 def make_cfg():
     """make_cfg(*overrides) -> the composed run config, as `python -m puffer` would see it."""

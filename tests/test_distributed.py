@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, assert_no_marked_process_left, marked_processes, wait_for_epochs
 
 from puffer.loggers import read_metrics
 from puffer.run import run
@@ -91,27 +91,12 @@ def test_two_ranks_resume_on_two_ranks_bit_for_bit_and_agree_on_their_statistics
     assert resumed["train/epoch"] == 8  # 2 saved epochs of 2 ranks count as 4 of one: 4 more to 4096 steps
 
 
-def marked_processes(marker: str) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get("PUFFER_TEST_MARKER") == marker:
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return found
-
-
 def start_two_ranks(tmp_path: Path, marker: str, *overrides: str) -> subprocess.Popen:
     args = [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "puffer", f"hydra.run.dir={tmp_path}",
             "train.total_timesteps=100000000", "train.log_interval=0", "dist.timeout=30", *overrides]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PUFFER_TEST_MARKER": marker}, start_new_session=True)
-    metrics = tmp_path / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-        time.sleep(0.2)
+    wait_for_epochs(proc, tmp_path)
     return proc
 
 
@@ -132,10 +117,7 @@ def test_a_rank_that_dies_ends_the_job_with_an_error_naming_it_and_leaves_no_pro
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0 and time.monotonic() - started < 60
     assert "rank      : 1" in output and "Signal 9 (SIGKILL)" in output, output[-3000:]
-    deadline = time.monotonic() + 10
-    while marked_processes(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not marked_processes(marker)
+    assert_no_marked_process_left(marker)
 
 
 def test_sigterm_to_one_rank_saves_one_checkpoint_from_rank_0_and_every_rank_exits(tmp_path):
@@ -147,10 +129,7 @@ def test_sigterm_to_one_rank_saves_one_checkpoint_from_rank_0_and_every_rank_exi
     state = torch.load(saved, weights_only=False)
     assert len(state["ranks"]) == 2 and state["global_step"] == state["epoch"] * 2 * 8 * 64
     assert "checkpoint saved" in output and "a signal to another rank" in output, output[-3000:]
-    deadline = time.monotonic() + 10
-    while marked_processes(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not marked_processes(marker)
+    assert_no_marked_process_left(marker)
 
 
 def test_slurm_tasks_of_the_submitit_launcher_become_ranks(monkeypatch):

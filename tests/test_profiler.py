@@ -150,7 +150,7 @@ def test_the_dashboard_in_a_terminal_shows_where_the_checkpoint_went_after_ctrl_
     import sys
     import threading
 
-    from conftest import ROOT
+    from conftest import ROOT, wait_for_epochs
 
     primary, secondary = pty.openpty()
     args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "train.total_timesteps=10000000"]
@@ -172,11 +172,7 @@ def test_the_dashboard_in_a_terminal_shows_where_the_checkpoint_went_after_ctrl_
 
     reader = threading.Thread(target=read_terminal, daemon=True)
     reader.start()
-    metrics = tmp_path / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        assert proc.poll() is None and time.monotonic() < deadline, b"".join(chunks).decode(errors="replace")
-        time.sleep(0.2)
+    wait_for_epochs(proc, tmp_path, output=lambda: b"".join(chunks).decode(errors="replace"))
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
     reader.join(timeout=10)

@@ -191,10 +191,9 @@ def test_ctrl_c_while_ray_starts_leaves_no_ray_process(after):
     2.5-3 s in, inside ray.init, left two Ray agent processes running)."""
     import subprocess
     import sys
-    import time
     import uuid
 
-    import psutil
+    from conftest import assert_no_marked_process_left
 
     marker = uuid.uuid4().hex
     script = STARTUP_INTERRUPTED.format(tests=str(Path(__file__).resolve().parent), after=after)
@@ -202,21 +201,7 @@ def test_ctrl_c_while_ray_starts_leaves_no_ray_process(after):
                             env={**os.environ, "PUFFER_TEST_MARKER": marker,
                                  "PYTHONPATH": str(Path(__file__).resolve().parent)})
     assert "interrupted" in result.stdout or "started" in result.stdout, result.stderr
-
-    def marked() -> list[str]:
-        found = []
-        for process in psutil.process_iter():
-            try:
-                if process.environ().get("PUFFER_TEST_MARKER") == marker:
-                    found.append(process.name())
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                pass
-        return found
-
-    deadline = time.monotonic() + 10
-    while marked() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not marked()
+    assert_no_marked_process_left(marker)
 
 
 def test_ray_workers_that_raise_die_or_hang_are_restarted(local_ray):

@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from conftest import wait_for_epochs
 from gymnasium.utils import EzPickle
 from test_vector import Crashing
 
@@ -163,11 +164,7 @@ def test_interrupt_saves_a_checkpoint_and_leaves_no_process(tmp_path, sig):
     # non-interactive shell inherits SIGINT ignored, and Python then never installs its handler
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    metrics = tmp_path / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-        time.sleep(0.2)
+    wait_for_epochs(proc, tmp_path)
     workers = psutil.Process(proc.pid).children(recursive=True)
     assert workers, "expected multiprocessing workers"
     proc.send_signal(sig)
@@ -208,11 +205,7 @@ def start_training(tmp_path, *overrides):
             "train.log_interval=0", *overrides]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    metrics = tmp_path / "metrics.jsonl"
-    deadline = time.monotonic() + 180
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-        time.sleep(0.2)
+    wait_for_epochs(proc, tmp_path, timeout=180)
     return proc
 
 

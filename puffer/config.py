@@ -62,6 +62,18 @@ class TrainConfig:
     max_grad_norm: float = 0.5
     target_kl: float | None = None
     adam_eps: float = 1e-5
+    # V-trace-clipped advantages (PufferLib 3.0's "puffer advantage", puffer.advantage.gae):
+    # after the first update epoch, GAE is recomputed with each TD error weighted by
+    # min(pi/mu, vtrace_rho_clip) and each trace by min(pi/mu, vtrace_c_clip).
+    vtrace: bool = False
+    vtrace_rho_clip: float = 1.0
+    vtrace_c_clip: float = 1.0
+    # Prioritized sampling: minibatches drawn with replacement with probability proportional to
+    # |advantage|^prio_alpha (samples; whole rows for recurrent policies), the policy loss
+    # weighted by (n p)^-beta, beta annealed from prio_beta0 to 1 (puffer.ppo.PPO._draw).
+    prioritized: bool = False
+    prio_alpha: float = 0.8
+    prio_beta0: float = 0.2
     # Checkpoint every N epochs (an epoch = one rollout + one update); 0: only at the end.
     checkpoint_interval: int = 0
     # How many epoch checkpoints to keep (the newest); 0 keeps all.
@@ -500,6 +512,9 @@ def _check_train(t, v) -> None:
     _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
     from puffer.optim import OPTIMIZERS, SCHEDULES
 
+    for key in ("vtrace_rho_clip", "vtrace_c_clip", "prio_alpha"):
+        _require(t[key] > 0, f"train.{key}", t[key], "a number > 0")
+    _require(0 <= t.prio_beta0 <= 1, "train.prio_beta0", t.prio_beta0, "a number in [0, 1]")
     _require(t.optimizer in OPTIMIZERS, "train.optimizer", t.optimizer, f"one of {OPTIMIZERS}")
     _require(t.lr_schedule in SCHEDULES, "train.lr_schedule", t.lr_schedule, f"one of {SCHEDULES}")
     algorithm_class(t._target_)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from puffer import distributed
-from puffer.config import TrainConfig
+from puffer.advantage import gae, turn_gae
+from puffer.config import ConfigError, TrainConfig
 from puffer.models import ActionDist
 from puffer.optim import lr_scale
 from puffer.rollout import float32_params
@@ -33,6 +35,25 @@ def _weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (x * weights).sum() / weights.sum().clamp(min=1.0)
 
 
+@dataclass
+class Minibatch:
+    """Samples of one gradient step: flat (B, ...) samples, or (T, B, ...) row sequences with
+    `sequence` = (h0, c0, episode starts) and `weights` (1 for valid steps, 0 for the rest).
+    `where`: each sample's flat index in the rollout (steps * rows); `prio`: the importance
+    weights of prioritized draws."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    where: torch.Tensor
+    weights: torch.Tensor | None = None
+    sequence: tuple | None = None
+    prio: torch.Tensor | None = None
+
+
 class PPO(Trainer):
     """Proximal Policy Optimization (Schulman et al. 2017) with CleanRL's loss: GAE, the clipped
     surrogate, a clipped value loss, advantage normalisation, an entropy bonus."""
@@ -44,76 +65,48 @@ class PPO(Trainer):
         self.advantages = torch.zeros((config.num_steps, vecenv.num_agents), device=self.device)
         # turn-based envs (puffer.emulation.TurnBasedPufferEnv): advantages over each agent's turns
         self.turn_based = getattr(vecenv.driver_env, "turn_based", False)
+        if self.turn_based and config.vtrace:
+            raise ConfigError("train.vtrace=true: V-trace advantages are not defined over the turns "
+                              "of a turn-based env (its advantages span several steps); expected "
+                              "train.vtrace=false")
 
-    def compute_advantages(self) -> None:
-        """GAE that stops at episode ends; terminals don't bootstrap, truncations do (the value
-        of the final observation is the next row's value)."""
+    def compute_advantages(self, ratio: torch.Tensor | None = None) -> None:
+        """self.advantages from the rollout (puffer.advantage): GAE, V-trace-clipped with
+        `ratio`, or GAE over each agent's turns in turn-based games."""
+        c = self.config
         if self.turn_based:
-            return self.compute_turn_advantages()
-        c, r = self.config, self.rollout
-        last = torch.zeros_like(r.next_value)
-        for t in reversed(range(c.num_steps)):
-            next_value = r.next_value if t == c.num_steps - 1 else r.values[t + 1]
-            delta = r.rewards[t] + c.gamma * next_value * (1 - r.terminals[t]) - r.values[t]
-            last = delta + c.gamma * c.gae_lambda * (1 - r.dones[t]) * last
-            self.advantages[t] = last
-
-    def compute_turn_advantages(self) -> None:
-        """GAE over each row's own turns (turn-based envs: a row is valid only when its agent is
-        to move). The transition from one of an agent's moves to its next sums the rewards of
-        every step in between (its opponents' moves included) and bootstraps from the value at
-        its next move; an episode end in between cuts it (terminals don't bootstrap, truncations
-        bootstrap from the final observation's value, the next row's). An agent's last move in
-        the rollout whose next move lies beyond it has no value to bootstrap from (the value of
-        a position where it is not to move is never trained): it is left out of the update.
-        With every row valid but the dummy step after an episode end, this is the GAE above."""
-        c, r = self.config, self.rollout
-        T = c.num_steps
-        zeros = torch.zeros_like(r.next_value)
-        adv_next, value_next = zeros.clone(), r.next_value.clone()
-        rewards, terminal, cut = zeros.clone(), zeros.clone(), zeros.clone()
-        unknown = ~r.next_valid  # the next move's value is not in this rollout
-        for t in reversed(range(T)):
-            ended = r.dones[t]
-            final_value = r.next_value if t == T - 1 else r.values[t + 1]
-            # rewards after an episode end belong to the next episode
-            rewards = r.rewards[t] + (1 - ended) * rewards
-            terminal = torch.where(ended > 0, r.terminals[t], terminal)
-            cut = torch.maximum(cut, ended)
-            value_next = torch.where(ended > 0, final_value, value_next)
-            delta = rewards + c.gamma * value_next * (1 - terminal) - r.values[t]
-            advantage = delta + c.gamma * c.gae_lambda * (1 - cut) * adv_next
-            unknown = unknown & (ended == 0)
-            valid = r.valid[t].clone()  # a move (the carries below restart at it) ...
-            r.valid[t] &= ~unknown  # ... but one with no value to bootstrap from is not learned from
-            unknown = unknown & ~valid
-            self.advantages[t] = torch.where(valid, advantage, zeros)
-            # at a move, the carried quantities start again for the agent's previous move
-            adv_next = torch.where(valid, advantage, torch.where(ended > 0, zeros, adv_next))
-            value_next = torch.where(valid, r.values[t], value_next)
-            rewards, terminal, cut = (torch.where(valid, zeros, x) for x in (rewards, terminal, cut))
+            turn_gae(self.rollout, self.advantages, c.gamma, c.gae_lambda)
+        else:
+            gae(self.rollout, self.advantages, c.gamma, c.gae_lambda, ratio,
+                c.vtrace_rho_clip, c.vtrace_c_clip)
 
     # -- learning ----------------------------------------------------------------------------
     def update(self) -> dict[str, float]:
         """PPO epochs over the rollout: shuffled valid samples, or for recurrent policies
-        shuffled whole row sequences (BPTT over the rollout) with invalid steps weighted 0."""
-        c = self.config
+        shuffled whole row sequences (BPTT over the rollout) with invalid steps weighted 0.
+        train.vtrace: from the second epoch on, advantages are recomputed with the ratios the
+        previous epoch left. train.prioritized: minibatches drawn by |advantage|^prio_alpha."""
+        c, r = self.config, self.rollout
         self.compute_advantages()
         remaining = 1 - self.epoch / self.num_epochs  # the clip's schedule is linear
         if c.anneal_lr:
             for group in self.optimizer.param_groups:
                 group["lr"] = c.learning_rate * lr_scale(c.lr_schedule, self.epoch / self.num_epochs)
         self.clip_coef = c.clip_coef * remaining if c.anneal_clip else c.clip_coef
-        r = self.rollout
-        returns = self.advantages + r.values
-        minibatches = self._sequence_minibatches(returns) if self.recurrent else self._sample_minibatches(returns)
-        if minibatches is None:
+        if not r.valid.any():
             return {}
+        ratio = torch.ones_like(r.values) if c.vtrace else None  # pi / mu of every stored step
         sums: dict[str, float] = defaultdict(float)
         count = 0
-        for _ in range(c.update_epochs):
+        minibatches = self._sequence_minibatches() if self.recurrent else self._sample_minibatches()
+        for epoch in range(c.update_epochs):
+            if ratio is not None and epoch > 0:
+                self.compute_advantages(ratio)
+            self.returns = self.advantages + r.values
             for batch in minibatches():
-                stats = self._minibatch_step(*batch)
+                stats, batch_ratio = self._minibatch_step(batch)
+                if ratio is not None:
+                    ratio.view(-1)[batch.where] = batch_ratio
                 for key, value in stats.items():
                     sums[key] += value
                 count += 1
@@ -121,7 +114,7 @@ class PPO(Trainer):
             if c.target_kl is not None and distributed.mean_over_ranks(stats["approx_kl"]) > c.target_kl:
                 break
         metrics = {f"train/{k}": v / count for k, v in sums.items()}
-        valid_returns, valid_values = returns[r.valid], r.values[r.valid]
+        valid_returns, valid_values = self.returns[r.valid], r.values[r.valid]
         var = valid_returns.var()
         metrics["train/explained_variance"] = float("nan") if var == 0 else float(
             1 - (valid_returns - valid_values).var() / var)
@@ -129,61 +122,87 @@ class PPO(Trainer):
         metrics["train/clip_coef"] = self.clip_coef
         return metrics
 
-    def _sample_minibatches(self, returns):
-        """Valid samples only, shuffled each epoch into train.num_minibatches minibatches."""
-        r = self.rollout
+    def _sample_minibatches(self):
+        """Valid samples only, shuffled each epoch into train.num_minibatches minibatches (or
+        with train.prioritized, as many drawn by priority)."""
+        r, c = self.rollout, self.config
         index = r.valid.reshape(-1).nonzero().squeeze(-1)
-        if len(index) == 0:
-            return None
         obs = r.obs.reshape(-1, *r.obs.shape[2:])[index]
         actions = r.actions.reshape(-1, *r.actions.shape[2:])[index]
         logprobs, values = r.logprobs.reshape(-1)[index], r.values.reshape(-1)[index]
-        advantages, returns = self.advantages.reshape(-1)[index], returns.reshape(-1)[index]
         n = len(index)
-        size = max(1, math.ceil(n / self.config.num_minibatches))
+        size = max(1, math.ceil(n / c.num_minibatches))
         # under torchrun the ranks' valid counts differ: exactly num_minibatches each, so that
         # every rank joins every gradient all-reduce
         exact = self.world.parallel
 
         def epoch():
-            order = torch.randperm(n, generator=self.generator).to(self.device)
-            parts = (torch.tensor_split(order, self.config.num_minibatches) if exact
-                     else (order[start : start + size] for start in range(0, n, size)))
-            for mb in parts:
-                yield obs[mb], actions[mb], logprobs[mb], values[mb], advantages[mb], returns[mb]
+            advantages, returns = self.advantages.reshape(-1)[index], self.returns.reshape(-1)[index]
+            if c.prioritized:
+                parts = (self._draw(advantages.abs(), size) for _ in range(c.num_minibatches))
+            else:
+                order = torch.randperm(n, generator=self.generator).to(self.device)
+                parts = (torch.tensor_split(order, c.num_minibatches) if exact
+                         else (order[start : start + size] for start in range(0, n, size)))
+                parts = ((mb, None) for mb in parts)
+            for mb, prio in parts:
+                yield Minibatch(obs[mb], actions[mb], logprobs[mb], values[mb], advantages[mb],
+                                returns[mb], where=index[mb], prio=prio)
 
         return epoch
 
-    def _sequence_minibatches(self, returns):
-        """Whole rows (num_steps long) from their stored start state, shuffled by row."""
-        r, n = self.rollout, self.vecenv.num_agents
-        size = max(1, math.ceil(n / self.config.num_minibatches))
+    def _sequence_minibatches(self):
+        """Whole rows (num_steps long) from their stored start state, shuffled by row (or with
+        train.prioritized, drawn by the summed |advantage| of their valid steps)."""
+        r, c, n = self.rollout, self.config, self.vecenv.num_agents
+        size = max(1, math.ceil(n / c.num_minibatches))
+        steps = torch.arange(r.num_steps, device=self.device)[:, None] * n
 
         def epoch():
-            order = torch.randperm(n, generator=self.generator).to(self.device)
-            for start in range(0, n, size):
-                rows = order[start : start + size]
-                sequence = (r.state0[0][rows], r.state0[1][rows], r.starts[:, rows])
-                yield (r.obs[:, rows], r.actions[:, rows], r.logprobs[:, rows],
-                       r.values[:, rows], self.advantages[:, rows], returns[:, rows],
-                       r.valid[:, rows].float(), sequence)
+            if c.prioritized:
+                priority = (self.advantages.abs() * r.valid).sum(0)
+                parts = (self._draw(priority, size) for _ in range(c.num_minibatches))
+            else:
+                order = torch.randperm(n, generator=self.generator).to(self.device)
+                parts = ((order[start : start + size], None) for start in range(0, n, size))
+            for rows, prio in parts:
+                yield Minibatch(r.obs[:, rows], r.actions[:, rows], r.logprobs[:, rows],
+                                r.values[:, rows], self.advantages[:, rows], self.returns[:, rows],
+                                where=(steps + rows).reshape(-1), weights=r.valid[:, rows].float(),
+                                sequence=(r.state0[0][rows], r.state0[1][rows], r.starts[:, rows]),
+                                prio=None if prio is None else prio.expand(r.num_steps, -1))
 
         return epoch
 
-    def _minibatch_step(self, obs, actions, old_logprobs, old_values, advantages, returns,
-                        weights=None, sequence=None):
+    def _draw(self, priority: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`count` indices drawn with replacement with probability p proportional to
+        priority^prio_alpha, and their importance weights (n p)^-beta (1 for uniform draws),
+        beta annealed linearly from train.prio_beta0 to 1 over training (Schaul et al. 2016)."""
         c = self.config
+        weights = priority.float().pow(c.prio_alpha).nan_to_num(0.0, 0.0, 0.0) + 1e-8
+        probs = weights / weights.sum()
+        drawn = torch.multinomial(probs.cpu(), count, replacement=True, generator=self.generator)
+        drawn = drawn.to(self.device)
+        beta = c.prio_beta0 + (1 - c.prio_beta0) * self.epoch / self.num_epochs
+        return drawn, (len(priority) * probs[drawn]) ** -beta
+
+    def _minibatch_step(self, mb: Minibatch) -> tuple[dict[str, float], torch.Tensor]:
+        """One gradient step of PPO's loss on `mb`; its stats and the new ratio of each sample."""
+        c = self.config
+        actions, old_logprobs, old_values, advantages, returns, weights, prio = (
+            mb.actions, mb.logprobs, mb.values, mb.advantages, mb.returns, mb.weights, mb.prio)
         with self.autocast():
-            if sequence is None:
-                params, new_values = self.forward(obs)
+            if mb.sequence is None:
+                params, new_values = self.forward(mb.obs)
             else:  # (T, B, ...) row sequences: flatten everything after the recurrent pass
-                h0, c0, starts = sequence
-                params, new_values = self.policy.forward_sequence(obs, (h0, c0), starts)
+                h0, c0, starts = mb.sequence
+                params, new_values = self.policy.forward_sequence(mb.obs, (h0, c0), starts)
         params, new_values = float32_params(params), new_values.float()
-        if sequence is not None:
+        if mb.sequence is not None:
             actions = actions.reshape(-1, *actions.shape[2:])
             old_logprobs, old_values, advantages, returns, weights = (
                 x.reshape(-1) for x in (old_logprobs, old_values, advantages, returns, weights))
+            prio = None if prio is None else prio.reshape(-1)
         mean = _mean if weights is None else functools.partial(_weighted_mean, weights=weights)
         new_logprobs, entropy = self.dist.log_prob_entropy(params, actions)
         logratio = new_logprobs - old_logprobs
@@ -201,6 +220,8 @@ class PPO(Trainer):
         elif c.norm_adv and len(advantages) > 1:
             centred = advantages - mean(advantages)
             advantages = centred / (mean(centred**2).sqrt() + 1e-8)
+        if prio is not None:  # prioritized draws: importance weights undo their bias
+            advantages = advantages * prio
         pg_loss = mean(torch.max(-advantages * ratio,
                                  -advantages * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)))
         if c.clip_vloss:
@@ -217,9 +238,10 @@ class PPO(Trainer):
         grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
         self._check_finite("grad_norm", grad_norm)
         self.optimizer.step()
-        return {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(),
-                "entropy": entropy_loss.item(), "approx_kl": approx_kl.item(),
-                "clipfrac": clipfrac.item(), "grad_norm": grad_norm.item(), "loss": loss.item()}
+        return ({"policy_loss": pg_loss.item(), "value_loss": v_loss.item(),
+                 "entropy": entropy_loss.item(), "approx_kl": approx_kl.item(),
+                 "clipfrac": clipfrac.item(), "grad_norm": grad_norm.item(), "loss": loss.item()},
+                ratio.detach())
 
     def _check_finite(self, name: str, value: torch.Tensor) -> None:
         if not torch.isfinite(value).all():

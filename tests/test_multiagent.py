@@ -84,7 +84,7 @@ def test_dead_and_absent_agents_are_excluded_from_gae_and_the_loss(monkeypatch):
         [1, 1, 0], [1, 1, 0], [1, 0, 0], [1, 0, 1], [1, 0, 1], [1, 0, 1], [0, 0, 0], [1, 1, 0]]
     seen = []
     original = trainer._minibatch_step
-    monkeypatch.setattr(trainer, "_minibatch_step", lambda obs, *rest: seen.append(obs.clone()) or original(obs, *rest))
+    monkeypatch.setattr(trainer, "_minibatch_step", lambda mb: seen.append(mb.obs.clone()) or original(mb))
     trainer.update()
     (obs,) = seen
     assert len(obs) == int(trainer.rollout.valid.sum())

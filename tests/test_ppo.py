@@ -254,7 +254,8 @@ def test_turn_advantages_equal_gae_where_every_row_is_valid_but_the_step_after_a
     r.valid[1:] = r.dones[:-1] == 0  # the dummy reset step after each end
     trainer.compute_advantages()
     expected = trainer.advantages.clone()
-    trainer.compute_turn_advantages()
+    trainer.turn_based = True
+    trainer.compute_advantages()
     assert torch.allclose(trainer.advantages[r.valid], expected[r.valid], atol=1e-6)
 
 
@@ -271,7 +272,8 @@ def test_turn_advantages_credit_an_opponents_winning_move_to_the_move_before_it(
     r.terminals[:] = r.dones
     r.valid[:] = torch.tensor([[True, False], [False, True], [True, False], [False, True], [False, False]])
     r.next_value[:] = 0
-    trainer.compute_turn_advantages()
+    trainer.turn_based = True
+    trainer.compute_advantages()
     a = trainer.advantages
     assert a[2, 0].item() == pytest.approx(-1 - 0.5)  # its last move lost: -1, nothing after
     assert a[0, 0].item() == pytest.approx(0 + 0.5 * 0.5 - 0.1 + 0.5 * a[2, 0].item())
@@ -289,8 +291,92 @@ def test_a_last_move_whose_next_move_lies_beyond_the_rollout_is_not_learned_from
     r.valid[:] = torch.tensor([[True, False], [False, True], [True, False], [False, True]])
     r.next_value[:] = torch.tensor([0.9, 0.0])
     r.next_valid[:] = torch.tensor([True, False])
-    trainer.compute_turn_advantages()
+    trainer.turn_based = True
+    trainer.compute_advantages()
     assert r.valid[:, 0].tolist() == [True, False, True, False]  # row 0 bootstraps from 0.9
     assert trainer.advantages[2, 0].item() == pytest.approx(0.5 * 0.9 - 0.5)
     assert r.valid[:, 1].tolist() == [False, True, False, False]  # its move at 3: nothing to go on
     assert trainer.advantages[1, 1].item() == pytest.approx(0.5 * 0.8 - 0.4 + 0.5 * trainer.advantages[3, 1].item())
+
+
+def _random_rollout(trainer, seed=0):
+    r, g = trainer.rollout, torch.Generator().manual_seed(seed)
+    r.rewards[:] = torch.randn(r.rewards.shape, generator=g)
+    r.values[:] = torch.randn(r.values.shape, generator=g)
+    r.next_value[:] = torch.randn(r.next_value.shape, generator=g)
+    r.dones[:] = (torch.rand(r.dones.shape, generator=g) < 0.15).float()
+    r.terminals[:] = r.dones * (torch.rand(r.dones.shape, generator=g) < 0.5).float()
+    return g
+
+
+def test_vtrace_advantages_are_gae_on_policy_and_clip_each_td_error_and_trace_off_policy():
+    from puffer.advantage import gae
+
+    trainer = make_trainer(num_envs=3, num_steps=12, gamma=0.9, gae_lambda=0.8)
+    r, g = trainer.rollout, _random_rollout(trainer)
+    plain, traced = torch.zeros_like(r.values), torch.zeros_like(r.values)
+    gae(r, plain, 0.9, 0.8)
+    gae(r, traced, 0.9, 0.8, torch.ones_like(r.values), rho_clip=1.0, c_clip=1.0)
+    assert torch.allclose(plain, traced)
+    # off-policy: the V-trace sum, step by step (Espeholt et al. 2018, eq. 1, with lambda)
+    ratio = torch.rand(r.values.shape, generator=g) * 2
+    gae(r, traced, 0.9, 0.8, ratio, rho_clip=1.0, c_clip=0.5)
+    rho, c = ratio.clamp(max=1.0), ratio.clamp(max=0.5)
+    for row in range(3):
+        for s in range(12):
+            expected, trace = 0.0, 1.0
+            for t in range(s, 12):
+                next_value = r.next_value[row] if t == 11 else r.values[t + 1, row]
+                delta = r.rewards[t, row] + 0.9 * next_value * (1 - r.terminals[t, row]) - r.values[t, row]
+                expected += (0.9 * 0.8) ** (t - s) * trace * rho[t, row] * delta
+                if r.dones[t, row]:
+                    break
+                trace *= c[t, row]
+            assert traced[s, row].item() == pytest.approx(float(expected), abs=1e-5)
+
+
+def test_prioritized_draws_follow_the_priorities_with_importance_weights():
+    trainer = make_trainer(num_envs=2, prioritized=True, prio_alpha=1.0, prio_beta0=0.5)
+    priority = torch.tensor([0.0, 1.0, 3.0, 4.0])
+    drawn, weights = trainer._draw(priority, 40_000)
+    frequency = torch.bincount(drawn, minlength=4).float() / 40_000
+    assert frequency.tolist() == pytest.approx([0.0, 0.125, 0.375, 0.5], abs=0.01)
+    p = priority / priority.sum()
+    assert torch.allclose(weights, (4 * p[drawn]) ** -0.5)  # beta at the start: prio_beta0
+    trainer.epoch = trainer.num_epochs // 2  # ... annealed halfway to 1
+    assert trainer.epoch / trainer.num_epochs == 0.5
+    drawn, weights = trainer._draw(priority, 100)
+    assert torch.allclose(weights, (4 * p[drawn]) ** -0.75)
+
+
+@pytest.mark.parametrize("rnn", [None, "lstm"])
+def test_vtrace_and_prioritized_sampling_learn_cartpole_and_resume_bit_for_bit(make_cfg, tmp_path, rnn):
+    from puffer.loggers.base import read_metrics
+    from puffer.run import run
+
+    options = ["train.vtrace=true", "train.prioritized=true", "train.total_timesteps=1024",
+               "train.num_steps=32", "eval.episodes=0", f"policy.rnn={rnn or 'null'}"]
+    run(make_cfg(*options, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    run(make_cfg(*options, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"), tmp_path / "resumed")
+    final = [torch.load(tmp_path / d / "checkpoints" / "epoch_000004.pt", weights_only=False)["policy"]
+             for d in ("full", "resumed")]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    records = [r for r in read_metrics(tmp_path / "full" / "metrics.jsonl") if "train/approx_kl" in r]
+    assert all(np.isfinite(r["train/loss"]) and r["train/approx_kl"] > 0 for r in records)
+
+
+def test_vtrace_changes_the_update_only_after_the_first_epoch():
+    # one update epoch: every ratio is still 1, so V-trace with clips 1 is exactly PPO's update
+    weights = []
+    for vtrace in (False, True):
+        trainer = make_trainer(num_envs=2, num_steps=64, update_epochs=1, vtrace=vtrace)
+        trainer.collect()
+        trainer.update()
+        weights.append(copy.deepcopy(trainer.policy.state_dict()))
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    trainer = make_trainer(num_envs=2, num_steps=64, update_epochs=2, vtrace=True)
+    trainer.collect()
+    trainer.update()
+    before = trainer.advantages.clone()
+    trainer.compute_advantages()  # GAE, on-policy
+    assert not torch.allclose(before[trainer.rollout.valid], trainer.advantages[trainer.rollout.valid])

@@ -39,9 +39,9 @@ SERIAL = {"cartpole", "ocean"}
 
 def reference_overrides(case: str, cpus: int) -> tuple[list[str], dict[str, str]]:
     """The thread settings before the thread policy: all CPUs, libgomp's default spin."""
-    overrides = [f"train.torch_threads={cpus}"]
+    overrides = [f"runtime.torch_threads={cpus}"]
     if case in SERIAL:
-        overrides.append(f"train.rollout_threads={cpus}")
+        overrides.append(f"runtime.rollout_threads={cpus}")
     return overrides, {"GOMP_SPINCOUNT": "300000"}
 
 

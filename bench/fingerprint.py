@@ -35,7 +35,7 @@ RUNS = {
     "cartpole": ["train.total_timesteps=8192", "eval.episodes=2"],
     "breakout serial": BREAKOUT,
     "herd lstm": ["env=ocean/herd", "policy.rnn=lstm", "train.total_timesteps=8192", "eval.episodes=2"],
-    "breakout multiprocessing": [*BREAKOUT, "vec=multiprocessing", "vec.batch_size=4"],
+    "breakout multiprocessing": [*BREAKOUT, "vec=multiprocessing", "vec.envs_per_batch=4"],
 }
 
 

@@ -3,7 +3,7 @@
     python bench/gpu.py [--scale 1.0] [--cases ocean,breakout,squares] [--allow-cpu]
 
 For each case, a short `python -m puffer mode=profile` run with `device=auto`, first float32 and
-eager (the reference), then `train.amp=bf16 train.compile=true`, side by side with their SPS ratio.
+eager (the reference), then `runtime.amp=bf16 runtime.compile=true`, side by side with their SPS ratio.
 Cases: ocean/cartpole (native batched envs, MLP), atari/breakout (Nature CNN, CleanRL's settings,
 multiprocessing envs) and ocean/squares (a small pixel env, CNN). CUDA is synchronised only at the
 end (profile.sync_cuda=false), so the SPS is what training gets; the breakdown then charges
@@ -37,7 +37,7 @@ CASES = {
     "breakout": (["env=atari/breakout", "vec=multiprocessing"], 100_000),
     "squares": (["env=ocean/squares"], 200_000),
 }
-VARIANTS = {"fp32 eager": [], "bf16 + compile": ["train.amp=bf16", "train.compile=true"]}
+VARIANTS = {"fp32 eager": [], "bf16 + compile": ["runtime.amp=bf16", "runtime.compile=true"]}
 
 
 class GpuSampler:
@@ -91,7 +91,7 @@ def main() -> None:
         device, variants = "auto", VARIANTS
         print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
     elif args.allow_cpu:
-        device, variants = "cpu", {"fp32 eager": [], "bf16": ["train.amp=bf16"]}
+        device, variants = "cpu", {"fp32 eager": [], "bf16": ["runtime.amp=bf16"]}
         print("no CUDA device: running on the CPU to check the script (--allow-cpu)")
     else:
         sys.exit("bench/gpu.py needs a CUDA device (or --allow-cpu to check the script on the CPU)")

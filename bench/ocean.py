@@ -3,7 +3,7 @@
     python bench/ocean.py [--seconds 2] [--num-envs 4096]
 
 Rows: gymnasium CartPole-v1 stepped in a Python loop (the reference), and puffer's
-ocean/cartpole stepping `num_envs` carts per call with numpy. Target: >= 5M steps/s.
+ocean/cartpole stepping `num_rows` carts per call with numpy. Target: >= 5M steps/s.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from puffer.envs.ocean import CartPole  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--num-rows", type=int, default=4096)
     args = parser.parse_args()
 
     reference = gym.make("CartPole-v1")
@@ -38,9 +38,9 @@ def main() -> None:
                 reference.reset()
         return len(actions)
 
-    env = CartPole(num_envs=args.num_envs)
+    env = CartPole(num_rows=args.num_rows)
     env.reset(0)
-    batch = np.random.default_rng(0).integers(0, 2, (16, args.num_envs))
+    batch = np.random.default_rng(0).integers(0, 2, (16, args.num_rows))
 
     def ocean_steps() -> int:
         for row in batch:
@@ -50,7 +50,7 @@ def main() -> None:
     gym_sps, ocean_sps = rate(gym_steps, args.seconds), rate(ocean_steps, args.seconds)
     print_table(["env", "steps/second", "vs gymnasium"], [
         ["gymnasium CartPole-v1, Python loop", gym_sps, "1.0x"],
-        [f"ocean/cartpole, {args.num_envs} carts per step", ocean_sps, f"{ocean_sps / gym_sps:.0f}x"],
+        [f"ocean/cartpole, {args.num_rows} carts per step", ocean_sps, f"{ocean_sps / gym_sps:.0f}x"],
     ])
     print(f"target >= 5M steps/s: {'ok' if ocean_sps >= 5e6 else 'MISSED'}")
 

@@ -29,7 +29,7 @@ from puffer.profiler import Profiler  # noqa: E402
 
 def train_sps(enabled: bool, steps: int) -> float:
     seed_everything(0)
-    vec = puffer.vector.make(CartPole, env_kwargs={"num_envs": 256}, num_envs=1)
+    vec = puffer.vector.make(CartPole, env_kwargs={"num_rows": 256}, num_envs=1)
     policy = Default(vec.single_observation_space, vec.single_action_space, activation="relu")
     config = TrainConfig(total_timesteps=steps, num_steps=32, num_minibatches=4, update_epochs=4,
                          learning_rate=0.003, clip_vloss=False)

@@ -38,7 +38,7 @@ from puffer.run import run  # noqa: E402
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # puffer on gymnasium CartPole: the ocean config's learning settings over 256 gymnasium envs.
 GYM_FAST = ["env=classic/cartpole", "vec.num_envs=256", "policy.activation=relu",
-            "train.total_timesteps=500000", "train.torch_threads=1", "train.num_steps=32",
+            "train.total_timesteps=500000", "runtime.torch_threads=1", "train.num_steps=32",
             "train.num_minibatches=4", "train.update_epochs=4", "train.learning_rate=0.003",
             "train.gamma=0.99", "train.gae_lambda=0.95", "train.clip_vloss=false",
             "train.ent_coef=0"]

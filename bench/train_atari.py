@@ -79,10 +79,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_480)
     parser.add_argument("--game", default="breakout")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for puffer's run, "
-                        "e.g. vec.batch_size=4")
+                        "e.g. vec.envs_per_batch=4")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    # puffer's trainer keeps freed memory for reuse (train.retain_memory); the ceiling gets the
+    # puffer's trainer keeps freed memory for reuse (runtime.retain_memory); the ceiling gets the
     # same allocator, so that it stays the most this model can do here.
     retain_freed_memory()
     # The ceiling is measured before and after puffer's run and the higher kept: this VM's speed

@@ -5,7 +5,7 @@
 Rows: one raw env in a loop, one raw loop per core in parallel processes (summed: what this
 machine can step at that moment, with no vectorization at all), gymnasium SyncVectorEnv,
 gymnasium AsyncVectorEnv, puffer Serial, puffer Multiprocessing (defaults: synchronous,
-workers = cores), puffer Multiprocessing async (batch_size = num_envs / 2), the same with two
+workers = cores), puffer Multiprocessing async (envs_per_batch = num_envs / 2), the same with two
 workers per core (overwork), and what vec=auto picks (re-measured like the others). Every row
 is measured once per round, the rounds interleaved, and the best round kept: on a shared 2-core
 VM one measurement swings by 2x.
@@ -149,9 +149,9 @@ def main() -> None:
         "puffer Serial": lambda e, i: puffer_vector(e, n, s, backend="serial"),
         "puffer Multiprocessing (defaults)": lambda e, i: puffer_vector(e, n, s, backend="multiprocessing"),
         f"puffer Multiprocessing async (batch {n // 2})":
-            lambda e, i: puffer_vector(e, n, s, backend="multiprocessing", batch_size=n // 2),
+            lambda e, i: puffer_vector(e, n, s, backend="multiprocessing", envs_per_batch=n // 2),
         overworked: lambda e, i: puffer_vector(e, n, s, backend="multiprocessing", num_workers=doubled,
-                                               batch_size=n // 2, overwork=True),
+                                               envs_per_batch=n // 2, overwork=True),
         "vec=auto pick": lambda e, i: puffer_vector(e, n, s, **picks[i]),
     }
     for i, env_id in enumerate(ENVS.values()):

@@ -132,7 +132,7 @@ def load(path: str | Path, device: str = "cpu") -> Agent:
 
     file = model_path(path)
     state = checkpoint.read(file, f"path={str(path)!r}", map_location=device)
-    config = state.get("config") or {}
+    config = checkpoint.saved_config(state) or {}
     if "observation_space" in state:
         spaces_ = state["observation_space"], state["action_space"], state["native_action_space"]
     else:  # an epoch checkpoint: the spaces come from building the run's env once

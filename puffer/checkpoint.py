@@ -153,7 +153,7 @@ def check_resumable(path: Path, state: dict, cfg) -> None:
             errno.EINVAL, f"resume={cfg.resume!r}: {path} holds a trained policy only (model.pt: for puffer.load "
             "and mode=eval); resume needs a training checkpoint: the run directory or its "
             "checkpoints/epoch_*.pt")
-    saved = state.get("config")
+    saved = saved_config(state)
     if not saved:
         return
     from omegaconf import OmegaConf
@@ -171,14 +171,41 @@ def check_resumable(path: Path, state: dict, cfg) -> None:
 
 # What a resumed run takes from its checkpoint's config unless the command line sets it: the
 # run itself. The rest (mode, logger, eval, device, profile, ...) is how this invocation runs.
-RUN_SECTIONS = ("env", "vec", "policy", "train", "seed")
+RUN_SECTIONS = ("env", "vec", "policy", "train", "runtime", "seed")
+# Keys that checkpoints written before the runtime section existed hold under train.
+MOVED_TO_RUNTIME = ("checkpoint_interval", "keep_checkpoints", "torch_threads", "rollout_threads",
+                    "compile", "retain_memory", "amp", "log_interval")
+
+
+def saved_config(state: dict) -> dict | None:
+    """The run config a checkpoint was written with, in this version's layout: keys renamed
+    since (vec.batch_size is vec.envs_per_batch, an ocean env's num_envs its num_rows) and
+    train keys moved to runtime."""
+    saved = state.get("config")
+    if not saved:
+        return saved
+    saved = dict(saved)
+    if isinstance(saved.get("vec"), dict) and "batch_size" in saved["vec"]:
+        vec = dict(saved["vec"])
+        vec["envs_per_batch"] = vec.pop("batch_size")
+        saved["vec"] = vec
+    env = saved.get("env")
+    if isinstance(env, dict) and str(env.get("_target_", "")).startswith("puffer.envs.ocean") and "num_envs" in env:
+        env = dict(env)
+        env["num_rows"] = env.pop("num_envs")
+        saved["env"] = env
+    if "runtime" not in saved and isinstance(saved.get("train"), dict):
+        train = dict(saved["train"])
+        saved["runtime"] = {key: train.pop(key) for key in MOVED_TO_RUNTIME if key in train}
+        saved["train"] = train
+    return saved
 
 
 def resumed_config(cfg, state: dict, overrides: list[str] | None):
-    """`cfg` with the checkpoint's env, vec, policy, train and seed, except the keys (or groups)
-    that `overrides` (this command line) set: `resume=<run>` alone continues that run as it was
-    configured. With `overrides` None (a config built in Python), `cfg` is taken as it is."""
-    saved = state.get("config")
+    """`cfg` with the checkpoint's env, vec, policy, train, runtime and seed, except the keys (or
+    groups) that `overrides` (this command line) set: `resume=<run>` alone continues that run as
+    it was configured. With `overrides` None (a config built in Python), `cfg` is taken as it is."""
+    saved = saved_config(state)
     if not saved or overrides is None:
         return cfg
     from omegaconf import OmegaConf
@@ -190,10 +217,10 @@ def resumed_config(cfg, state: dict, overrides: list[str] | None):
         if section in saved:
             try:
                 # env and policy are replaced whole (their keys depend on the kind of env or
-                # model: an Atari checkpoint has no env.id); vec and train take the saved values
+                # model: an Atari checkpoint has no env.id); vec, train and runtime take the saved values
                 # key by key into their schemas
                 merged[section] = (OmegaConf.merge(merged[section], saved[section])
-                                   if section in ("vec", "train") else saved[section])
+                                   if section in ("vec", "train", "runtime") else saved[section])
             except Exception as exc:  # omegaconf's validation errors: a key this version lacks
                 raise ConfigError(f"resume={cfg.resume!r}: the checkpoint's {section} config does not fit "
                                   f"this version of puffer ({exc}); pass the settings on the command line "

@@ -31,7 +31,8 @@ class ConfigError(ValueError):
 @dataclass
 class TrainConfig:
     """The algorithm (`_target_`, a puffer.trainer.Trainer subclass) and its settings: PPO's
-    hyper-parameters with CleanRL's names and ppo.py defaults, and the training run's keys."""
+    hyper-parameters with CleanRL's names and ppo.py defaults. How the process runs them
+    (checkpoints, threads, precision) is RuntimeConfig's."""
 
     _target_: str = "puffer.ppo.PPO"
     total_timesteps: int = 500_000
@@ -74,6 +75,14 @@ class TrainConfig:
     prioritized: bool = False
     prio_alpha: float = 0.8
     prio_beta0: float = 0.2
+
+
+@dataclass
+class RuntimeConfig:
+    """How this process runs the training, whatever the algorithm: checkpoints, threads,
+    compilation, precision, progress lines. A resumed run keeps its checkpoint's values unless
+    the command line sets them."""
+
     # Checkpoint every N epochs (an epoch = one rollout + one update); 0: only at the end.
     checkpoint_interval: int = 0
     # How many epoch checkpoints to keep (the newest); 0 keeps all.
@@ -124,8 +133,9 @@ class VecConfig:
     backend: str = "serial"
     num_envs: int = 8
     num_workers: int | None = None
-    # Envs per recv(); less than num_envs gives async batches (multiprocessing, ray).
-    batch_size: int | None = None
+    # Envs per recv(); less than num_envs gives async batches (multiprocessing, ray). (Not the
+    # samples of an update: those are train.num_steps * the rows of all envs.)
+    envs_per_batch: int | None = None
     # Allow more workers than this machine has cores.
     overwork: bool = False
     # multiprocessing: fork | spawn | forkserver; null: the platform's default.
@@ -196,10 +206,11 @@ class AtariEnvConfig:
 
 @dataclass
 class OceanCartPoleConfig:
-    """puffer.envs.ocean.CartPole: `num_envs` carts stepped at once in one env object."""
+    """puffer.envs.ocean.CartPole: `num_rows` carts stepped at once in one env object (a row
+    each; vec.num_envs counts env objects)."""
 
     _target_: str = "puffer.envs.ocean.CartPole"
-    num_envs: int = 1024
+    num_rows: int = 1024
     max_steps: int = 500
 
 
@@ -208,7 +219,7 @@ class OceanSquaresConfig:
     """puffer.envs.ocean.Squares: a small pixel env for checking that a CNN learns."""
 
     _target_: str = "puffer.envs.ocean.Squares"
-    num_envs: int = 64
+    num_rows: int = 64
     episode_length: int = 8
 
 
@@ -313,6 +324,7 @@ class RunConfig:
     vec: VecConfig = field(default_factory=VecConfig)
     policy: Any = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     mode: ModeConfig = field(default_factory=ModeConfig)
@@ -361,7 +373,7 @@ def register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for name, node in {
-        "train": TrainConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
+        "train": TrainConfig, "runtime": RuntimeConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
         "profile": ProfileConfig,
         "env_gymnasium": GymnasiumEnvConfig, "env_pettingzoo": PettingZooEnvConfig,
         "env_ocean_cartpole": OceanCartPoleConfig, "env_atari": AtariEnvConfig,
@@ -396,6 +408,7 @@ def validate(cfg) -> None:
     _check_env_and_policy(cfg)
     _check_vec(cfg.vec)
     _check_train(cfg.train, cfg.vec)
+    _check_runtime(cfg.runtime)
     e = cfg.eval
     _require(e.episodes >= 0, "eval.episodes", e.episodes, "an integer >= 0 (0: no evaluation)")
     _require(e.max_steps >= 1, "eval.max_steps", e.max_steps, "an integer >= 1")
@@ -478,9 +491,9 @@ def _check_vec(v) -> None:
     if v.num_workers is not None:
         _require(v.num_workers >= 1 and v.num_envs % v.num_workers == 0, "vec.num_workers", v.num_workers,
                  f"a divisor of vec.num_envs={v.num_envs} (each worker steps as many envs)")
-    if v.batch_size is not None:
-        _require(1 <= v.batch_size <= v.num_envs and v.num_envs % v.batch_size == 0, "vec.batch_size",
-                 v.batch_size, f"a divisor of vec.num_envs={v.num_envs}, or null (all of them)")
+    if v.envs_per_batch is not None:
+        _require(1 <= v.envs_per_batch <= v.num_envs and v.num_envs % v.envs_per_batch == 0,
+                 "vec.envs_per_batch", v.envs_per_batch, f"a divisor of vec.num_envs={v.num_envs}, or null (all of them)")
     _require(v.start_method in (None, "fork", "spawn", "forkserver"), "vec.start_method", v.start_method,
              "fork, spawn, forkserver or null")
     _require(v.autotune_seconds > 0, "vec.autotune_seconds", v.autotune_seconds, "seconds > 0")
@@ -496,20 +509,13 @@ def _check_train(t, v) -> None:
     _require(t.update_epochs >= 1, "train.update_epochs", t.update_epochs, "an integer >= 1")
     for key in ("clip_coef", "vf_clip_coef", "max_grad_norm", "adam_eps", "reward_clip"):
         _require(t[key] > 0, f"train.{key}", t[key], "a number > 0")
-    for key in ("ent_coef", "vf_coef", "log_interval"):
+    for key in ("ent_coef", "vf_coef"):
         _require(t[key] >= 0, f"train.{key}", t[key], "a number >= 0")
     _require(t.target_kl is None or t.target_kl > 0, "train.target_kl", t.target_kl, "a number > 0 or null")
     _require(t.num_minibatches >= 1, "train.num_minibatches", t.num_minibatches, "an integer >= 1")
     batch = t.num_steps * v.num_envs
     _require(t.num_minibatches <= batch, "train.num_minibatches", t.num_minibatches,
              f"at most the batch of train.num_steps * vec.num_envs = {batch} steps")
-    _require(t.checkpoint_interval >= 0, "train.checkpoint_interval", t.checkpoint_interval,
-             "an integer >= 0 (0: only at the end)")
-    _require(t.keep_checkpoints >= 0, "train.keep_checkpoints", t.keep_checkpoints,
-             "an integer >= 0 (0 keeps all)")
-    for key in ("torch_threads", "rollout_threads"):
-        _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0 (0 picks for the machine)")
-    _require(t.amp in (None, "bf16"), "train.amp", t.amp, "bf16 or null")
     from puffer.optim import OPTIMIZERS, SCHEDULES
 
     for key in ("vtrace_rho_clip", "vtrace_c_clip", "prio_alpha"):
@@ -518,6 +524,17 @@ def _check_train(t, v) -> None:
     _require(t.optimizer in OPTIMIZERS, "train.optimizer", t.optimizer, f"one of {OPTIMIZERS}")
     _require(t.lr_schedule in SCHEDULES, "train.lr_schedule", t.lr_schedule, f"one of {SCHEDULES}")
     algorithm_class(t._target_)
+
+
+def _check_runtime(r) -> None:
+    _require(r.checkpoint_interval >= 0, "runtime.checkpoint_interval", r.checkpoint_interval,
+             "an integer >= 0 (0: only at the end)")
+    _require(r.keep_checkpoints >= 0, "runtime.keep_checkpoints", r.keep_checkpoints,
+             "an integer >= 0 (0 keeps all)")
+    for key in ("torch_threads", "rollout_threads"):
+        _require(r[key] >= 0, f"runtime.{key}", r[key], "an integer >= 0 (0 picks for the machine)")
+    _require(r.amp in (None, "bf16"), "runtime.amp", r.amp, "bf16 or null")
+    _require(r.log_interval >= 0, "runtime.log_interval", r.log_interval, "a number >= 0")
 
 
 def algorithm_class(target: str) -> type:

@@ -47,7 +47,7 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
     num_envs = max(1, min(num_envs, episodes))
     returns, lengths = [], []
     with Serial(env_creator, num_envs=num_envs, seed=seed + EVAL_SEED_OFFSET) as vec, threads.using(
-            threads.inference_threads(policy, vec.single_observation_space, vec.num_agents)):
+            threads.inference_threads(policy, vec.single_observation_space, vec.num_rows)):
         # An episode slot is an env, or a row of a native env whose rows are separate episodes.
         rows = vec.agents_per_env if vec.driver_env.independent_rows else 1
         quotas = episode_quotas(episodes, num_envs * rows)
@@ -62,8 +62,8 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
             recorder.frame()
         recurrent = getattr(policy, "is_recurrent", False)
         if recurrent:
-            state = policy.initial_state(vec.num_agents, device)
-            prev_done = before_done = np.zeros(vec.num_agents, dtype=bool)
+            state = policy.initial_state(vec.num_rows, device)
+            prev_done = before_done = np.zeros(vec.num_rows, dtype=bool)
         while (done_count < quotas).any():
             obs_t = torch.from_numpy(received.obs).to(device)
             if recurrent:  # the state restarts where training's does (puffer.rollout)

@@ -1,24 +1,24 @@
 """PPO: learn from a collected rollout with GAE and the clipped surrogate. One update for every
 policy (feed-forward minibatches of samples, recurrent ones of whole row sequences).
 
-What lives here: `PPO` (GAE, `update`, the loss) and `train`, the Python API's one call. What does
-not: the epoch loop and checkpoints (puffer.trainer), collecting the rollout and which of its
-steps are valid (puffer.rollout), building envs or policies from configs (puffer.run).
+What lives here: `PPO` (`update` and the loss, with the names of the paper) and `train`, the
+Python API's one call. What does not: the epoch loop and checkpoints (puffer.trainer), collecting
+the rollout and which of its steps are valid (puffer.rollout), advantages (puffer.advantage),
+minibatches (puffer.minibatches), building envs or policies from configs (puffer.run).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections import defaultdict
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from puffer import distributed
+from puffer import distributed, minibatches
 from puffer.advantage import gae, turn_gae
 from puffer.config import ConfigError, TrainConfig
+from puffer.minibatches import Minibatch, Priority
 from puffer.models import ActionDist
 from puffer.optim import lr_scale
 from puffer.rollout import float32_params
@@ -35,25 +35,6 @@ def _weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (x * weights).sum() / weights.sum().clamp(min=1.0)
 
 
-@dataclass
-class Minibatch:
-    """Samples of one gradient step: flat (B, ...) samples, or (T, B, ...) row sequences with
-    `sequence` = (h0, c0, episode starts) and `weights` (1 for valid steps, 0 for the rest).
-    `where`: each sample's flat index in the rollout (steps * rows); `prio`: the importance
-    weights of prioritized draws."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    where: torch.Tensor
-    weights: torch.Tensor | None = None
-    sequence: tuple | None = None
-    prio: torch.Tensor | None = None
-
-
 class PPO(Trainer):
     """Proximal Policy Optimization (Schulman et al. 2017) with CleanRL's loss: GAE, the clipped
     surrogate, a clipped value loss, advantage normalisation, an entropy bonus."""
@@ -62,7 +43,7 @@ class PPO(Trainer):
         super().__init__(config, vecenv, policy, **kwargs)
         self.dist = ActionDist(vecenv.single_action_space)
         self.clip_coef = config.clip_coef  # the current one: update() anneals it with train.anneal_clip
-        self.advantages = torch.zeros((config.num_steps, vecenv.num_agents), device=self.device)
+        self.advantages = torch.zeros((config.num_steps, vecenv.num_rows), device=self.device)
         # turn-based envs (puffer.emulation.TurnBasedPufferEnv): advantages over each agent's turns
         self.turn_based = getattr(vecenv.driver_env, "turn_based", False)
         if self.turn_based and config.vtrace:
@@ -98,11 +79,10 @@ class PPO(Trainer):
         ratio = torch.ones_like(r.values) if c.vtrace else None  # pi / mu of every stored step
         sums: dict[str, float] = defaultdict(float)
         count = 0
-        minibatches = self._sequence_minibatches() if self.recurrent else self._sample_minibatches()
+        minibatches = self.minibatches()
         for epoch in range(c.update_epochs):
             if ratio is not None and epoch > 0:
                 self.compute_advantages(ratio)
-            self.returns = self.advantages + r.values
             for batch in minibatches():
                 stats, batch_ratio = self._minibatch_step(batch)
                 if ratio is not None:
@@ -114,7 +94,8 @@ class PPO(Trainer):
             if c.target_kl is not None and distributed.mean_over_ranks(stats["approx_kl"]) > c.target_kl:
                 break
         metrics = {f"train/{k}": v / count for k, v in sums.items()}
-        valid_returns, valid_values = self.returns[r.valid], r.values[r.valid]
+        valid_values = r.values[r.valid]
+        valid_returns = self.advantages[r.valid] + valid_values
         var = valid_returns.var()
         metrics["train/explained_variance"] = float("nan") if var == 0 else float(
             1 - (valid_returns - valid_values).var() / var)
@@ -122,69 +103,21 @@ class PPO(Trainer):
         metrics["train/clip_coef"] = self.clip_coef
         return metrics
 
-    def _sample_minibatches(self):
-        """Valid samples only, shuffled each epoch into train.num_minibatches minibatches (or
-        with train.prioritized, as many drawn by priority)."""
-        r, c = self.rollout, self.config
-        index = r.valid.reshape(-1).nonzero().squeeze(-1)
-        obs = r.obs.reshape(-1, *r.obs.shape[2:])[index]
-        actions = r.actions.reshape(-1, *r.actions.shape[2:])[index]
-        logprobs, values = r.logprobs.reshape(-1)[index], r.values.reshape(-1)[index]
-        n = len(index)
-        size = max(1, math.ceil(n / c.num_minibatches))
+    def minibatches(self) -> minibatches.Epoch:
+        """A function that yields an epoch's minibatches (puffer.minibatches): valid samples, or for recurrent
+        policies whole row sequences (BPTT over the rollout); uniformly shuffled, or with
+        train.prioritized drawn by |advantage|^prio_alpha with beta annealed from prio_beta0
+        to 1 over training."""
+        c = self.config
+        priority = (Priority(c.prio_alpha, c.prio_beta0 + (1 - c.prio_beta0) * self.epoch / self.num_epochs,
+                             self.generator) if c.prioritized else None)
+        if self.recurrent:
+            return minibatches.sequences(self.rollout, self.advantages, c.num_minibatches,
+                                         self.generator, priority)
         # under torchrun the ranks' valid counts differ: exactly num_minibatches each, so that
         # every rank joins every gradient all-reduce
-        exact = self.world.parallel
-
-        def epoch():
-            advantages, returns = self.advantages.reshape(-1)[index], self.returns.reshape(-1)[index]
-            if c.prioritized:
-                parts = (self._draw(advantages.abs(), size) for _ in range(c.num_minibatches))
-            else:
-                order = torch.randperm(n, generator=self.generator).to(self.device)
-                parts = (torch.tensor_split(order, c.num_minibatches) if exact
-                         else (order[start : start + size] for start in range(0, n, size)))
-                parts = ((mb, None) for mb in parts)
-            for mb, prio in parts:
-                yield Minibatch(obs[mb], actions[mb], logprobs[mb], values[mb], advantages[mb],
-                                returns[mb], where=index[mb], prio=prio)
-
-        return epoch
-
-    def _sequence_minibatches(self):
-        """Whole rows (num_steps long) from their stored start state, shuffled by row (or with
-        train.prioritized, drawn by the summed |advantage| of their valid steps)."""
-        r, c, n = self.rollout, self.config, self.vecenv.num_agents
-        size = max(1, math.ceil(n / c.num_minibatches))
-        steps = torch.arange(r.num_steps, device=self.device)[:, None] * n
-
-        def epoch():
-            if c.prioritized:
-                priority = (self.advantages.abs() * r.valid).sum(0)
-                parts = (self._draw(priority, size) for _ in range(c.num_minibatches))
-            else:
-                order = torch.randperm(n, generator=self.generator).to(self.device)
-                parts = ((order[start : start + size], None) for start in range(0, n, size))
-            for rows, prio in parts:
-                yield Minibatch(r.obs[:, rows], r.actions[:, rows], r.logprobs[:, rows],
-                                r.values[:, rows], self.advantages[:, rows], self.returns[:, rows],
-                                where=(steps + rows).reshape(-1), weights=r.valid[:, rows].float(),
-                                sequence=(r.state0[0][rows], r.state0[1][rows], r.starts[:, rows]),
-                                prio=None if prio is None else prio.expand(r.num_steps, -1))
-
-        return epoch
-
-    def _draw(self, priority: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """`count` indices drawn with replacement with probability p proportional to
-        priority^prio_alpha, and their importance weights (n p)^-beta (1 for uniform draws),
-        beta annealed linearly from train.prio_beta0 to 1 over training (Schaul et al. 2016)."""
-        c = self.config
-        weights = priority.float().pow(c.prio_alpha).nan_to_num(0.0, 0.0, 0.0) + 1e-8
-        probs = weights / weights.sum()
-        drawn = torch.multinomial(probs.cpu(), count, replacement=True, generator=self.generator)
-        drawn = drawn.to(self.device)
-        beta = c.prio_beta0 + (1 - c.prio_beta0) * self.epoch / self.num_epochs
-        return drawn, (len(priority) * probs[drawn]) ** -beta
+        return minibatches.samples(self.rollout, self.advantages, c.num_minibatches, self.generator,
+                                   exact=self.world.parallel, priority=priority)
 
     def _minibatch_step(self, mb: Minibatch) -> tuple[dict[str, float], torch.Tensor]:
         """One gradient step of PPO's loss on `mb`; its stats and the new ratio of each sample."""
@@ -222,8 +155,7 @@ class PPO(Trainer):
             advantages = centred / (mean(centred**2).sqrt() + 1e-8)
         if prio is not None:  # prioritized draws: importance weights undo their bias
             advantages = advantages * prio
-        pg_loss = mean(torch.max(-advantages * ratio,
-                                 -advantages * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)))
+        pg_loss = mean(self.surrogate_loss(ratio, advantages))
         if c.clip_vloss:
             clipped = old_values + (new_values - old_values).clamp(-c.vf_clip_coef, c.vf_clip_coef)
             v_loss = 0.5 * mean(torch.max((new_values - returns) ** 2, (clipped - returns) ** 2))
@@ -242,6 +174,11 @@ class PPO(Trainer):
                  "entropy": entropy_loss.item(), "approx_kl": approx_kl.item(),
                  "clipfrac": clipfrac.item(), "grad_norm": grad_norm.item(), "loss": loss.item()},
                 ratio.detach())
+
+    def surrogate_loss(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+        """Each sample's policy loss: PPO's clipped surrogate (the pessimistic bound)."""
+        clipped = ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)
+        return torch.max(-advantages * ratio, -advantages * clipped)
 
     def _check_finite(self, name: str, value: torch.Tensor) -> None:
         if not torch.isfinite(value).all():

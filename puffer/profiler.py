@@ -131,12 +131,12 @@ def _bottleneck(metrics: dict[str, float]) -> str:
     if model >= max(pct["copy"], pct["misc"]):
         return (f"model-bound: {model:.0f}% of time in the policy (forward {pct['forward']:.0f}%, "
                 f"learn {pct['learn']:.0f}%); try larger minibatches (train.num_minibatches), "
-                "fewer train.update_epochs, device=cuda or train.compile=true")
+                "fewer train.update_epochs, device=cuda or runtime.compile=true")
     if pct["copy"] >= pct["misc"]:
         return (f"copy-bound: {pct['copy']:.0f}% of time moving data; keep observations small "
                 "(uint8 pixels) and the rollout on one device")
     return (f"overhead-bound: {pct['misc']:.0f}% of time outside env, model and copies "
-            "(logging, checkpoints); raise train.log_interval or train.checkpoint_interval")
+            "(logging, checkpoints); raise runtime.log_interval or runtime.checkpoint_interval")
 
 
 def table(metrics: dict[str, float]) -> str:

@@ -76,7 +76,7 @@ class Collector:
     """Fills a `Rollout` from `vecenv` with `policy` (through `forward`, e.g. a compiled one).
 
     Rows arrive in groups from `vecenv.recv()`: all of them at once (Serial, or a synchronous
-    Multiprocessing), or the first ready workers' (`vec.batch_size` < `vec.num_envs`), so that
+    Multiprocessing), or the first ready workers' (`vec.envs_per_batch` < `vec.num_envs`), so that
     some envs step while the policy acts for others. Each row keeps its own step counter; a row
     that has stored num_steps actions has its next observation valued for the bootstrap and is
     held, unsent, until the next rollout. `steps` counts every action sent (the global step)."""
@@ -91,11 +91,11 @@ class Collector:
         self.seed = seed
         self.device = rollout.obs.device
         self.profiler = profiler or Profiler(self.device.type, enabled=False)
-        self.autocast = autocast or contextlib.nullcontext  # e.g. bf16 autocast (train.amp)
+        self.autocast = autocast or contextlib.nullcontext  # e.g. bf16 autocast (runtime.amp)
         self.reward_scaler = reward_scaler  # rewards are stored scaled when given
         self.dist = ActionDist(vecenv.single_action_space)
         self.recurrent = getattr(policy, "is_recurrent", False)
-        N = vecenv.num_agents
+        N = vecenv.num_rows
         if self.recurrent:  # per-row LSTM state
             self.state = policy.initial_state(N, self.device)
         self.steps = 0
@@ -116,7 +116,7 @@ class Collector:
             self.vecenv.async_reset(self.seed)
             self._held = []
         self._ptr[:] = 0
-        remaining = self.vecenv.num_agents
+        remaining = self.vecenv.num_rows
         held, self._held = self._held, []
         for rows, obs, masks in held:
             self._act(rows, obs, masks)
@@ -297,4 +297,4 @@ class Collector:
         if self.recurrent:
             self.state = tuple(x.to(self.device) for x in state["recurrent_state"])
         obs, masks = self.vecenv.current()
-        self._held = [(slice(0, self.vecenv.num_agents), obs.copy(), masks.copy())]
+        self._held = [(slice(0, self.vecenv.num_rows), obs.copy(), masks.copy())]

@@ -53,7 +53,7 @@ def make_vecenv(cfg: DictConfig, env_creator, seed: int | None = None):
     seed = cfg.seed if seed is None else seed
     v = cfg.vec
     settings: dict[str, Any] = {"backend": v.backend, "num_workers": v.num_workers,
-                                "batch_size": v.batch_size}
+                                "envs_per_batch": v.envs_per_batch}
     if v.backend == "auto":
         from puffer.vector.autotune import autotune
 
@@ -230,9 +230,10 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         distributed.broadcast_parameters(policy)  # every rank starts from rank 0's weights
         # rank 0 alone logs and draws progress (and writes checkpoints and evaluates)
         logger = make_logger(cfg, run_dir, hydra_job_info()) if ctx.is_main else Logger()
-        progress = ProgressReporter(cfg, interval=cfg.train.log_interval) if ctx.is_main else None
+        progress = ProgressReporter(cfg, interval=cfg.runtime.log_interval) if ctx.is_main else None
         algorithm = algorithm_class(train_cfg._target_)
-        trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=seed, logger=logger,
+        trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=seed,
+                            runtime=OmegaConf.to_object(cfg.runtime), logger=logger,
                             run_dir=None if profiling else run_dir, progress=progress,
                             full_config=OmegaConf.to_container(cfg, resolve=True),
                             profiler=Profiler(device, sync=sync),
@@ -338,7 +339,7 @@ def run_benchmark(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     name = env_name(cfg)
     result = RLBenchmark({name: make_env_creator(cfg)}, seconds=cfg.mode.seconds, num_envs=v.num_envs,
                          backend=v.backend, seed=cfg.seed, num_workers=v.num_workers,
-                         batch_size=v.batch_size, **extra).run()[name]
+                         envs_per_batch=v.envs_per_batch, **extra).run()[name]
     metrics = {f"benchmark/{k}": v for k, v in result.items()}
     (run_dir / "benchmark.json").write_text(json.dumps({"env": name, **metrics}, indent=2))
     log.info("%s random actions: %.0f steps/s, episode return %.2f over %d episodes", name,

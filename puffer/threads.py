@@ -183,12 +183,12 @@ def plan(policy, observation_space, minibatch_rows: int, rollout_rows: int,
     return ThreadPlan(learn=learn, rollout=rollout, cpus=cpus, share=share, why=why)
 
 
-def resumed(current: ThreadPlan, saved: dict, config) -> ThreadPlan:
+def resumed(current: ThreadPlan, saved: dict, runtime) -> ThreadPlan:
     """The plan of a resumed run: the checkpoint's thread counts (thread counts change float
-    summation order, so keeping them keeps a resume bit-identical), unless train.torch_threads or
-    train.rollout_threads now ask for others explicitly."""
-    learn = config.torch_threads or saved["learn"]
-    rollout = config.rollout_threads or saved["rollout"]
+    summation order, so keeping them keeps a resume bit-identical), unless runtime.torch_threads
+    or runtime.rollout_threads now ask for others explicitly."""
+    learn = runtime.torch_threads or saved["learn"]
+    rollout = runtime.rollout_threads or saved["rollout"]
     if (learn, rollout) != (current.learn, current.rollout):
         log.warning("resuming with %d learning and %d collecting torch threads as the checkpoint "
                     "ran (this machine and job would pick %d and %d)", learn, rollout,

@@ -25,7 +25,7 @@ from torch import nn
 
 from puffer import checkpoint, distributed, threads
 from puffer.allocator import retain_freed_memory
-from puffer.config import TrainConfig
+from puffer.config import RuntimeConfig, TrainConfig
 from puffer.loggers.base import Logger
 from puffer.normalize import RewardScaler
 from puffer.optim import make_optimizer
@@ -64,12 +64,13 @@ class Trainer:
     """Collect a rollout, `update()` from it, log, checkpoint; until train.total_timesteps."""
 
     def __init__(self, config: TrainConfig, vecenv, policy: nn.Module, device: str = "cpu",
-                 seed: int = 0, logger: Logger | None = None, run_dir: str | Path | None = None,
-                 full_config: dict | None = None, progress=None, profiler: Profiler | None = None,
-                 epoch_hooks=()):
-        self.config = config
+                 seed: int = 0, runtime: RuntimeConfig | None = None, logger: Logger | None = None,
+                 run_dir: str | Path | None = None, full_config: dict | None = None, progress=None,
+                 profiler: Profiler | None = None, epoch_hooks=()):
+        self.config = config  # the algorithm's settings
+        self.runtime = runtime = runtime or RuntimeConfig()  # checkpoints, threads, precision
         self.vecenv = vecenv
-        if config.retain_memory:
+        if runtime.retain_memory:
             retain_freed_memory()
         self.device = torch.device(device)
         self.policy = policy.to(self.device)
@@ -83,26 +84,26 @@ class Trainer:
         self.epoch_hooks = list(epoch_hooks)
         self.optimizer = make_optimizer(policy, config.optimizer, config.learning_rate, config.adam_eps)
         self.recurrent = getattr(policy, "is_recurrent", False)
-        self.forward = torch.compile(self.policy) if config.compile and not self.recurrent else self.policy
+        self.forward = torch.compile(self.policy) if runtime.compile and not self.recurrent else self.policy
         self.profiler = profiler or Profiler(self.device.type)
         if self.profiler.machine is not None:
             self.profiler.machine.track(vecenv.local_worker_pids())
         # bf16 autocast around the policy's forward passes (matmuls and convs in bf16, losses
         # and softmaxes kept in float32 by autocast's own rules).
         self.autocast = (functools.partial(torch.autocast, self.device.type, dtype=torch.bfloat16)
-                         if config.amp == "bf16" else contextlib.nullcontext)
+                         if runtime.amp == "bf16" else contextlib.nullcontext)
         self.generator = torch.Generator().manual_seed(seed)
 
         # Under torchrun, this is one of dist.world_size ranks, each with its own envs; the step
         # counts below are of all ranks together (puffer.distributed).
         self.world = distributed.context()
-        T, N = config.num_steps, vecenv.num_agents
+        T, N = config.num_steps, vecenv.num_rows
         self.batch_size = T * N  # this rank's samples per rollout
         self.threads = threads.plan(
             policy, vecenv.single_observation_space,
             minibatch_rows=math.ceil(self.batch_size / config.num_minibatches),
-            rollout_rows=vecenv.agents_per_batch, env_processes=env_processes(vecenv),
-            torch_threads=config.torch_threads, rollout_threads=config.rollout_threads,
+            rollout_rows=vecenv.rows_per_batch, env_processes=env_processes(vecenv),
+            torch_threads=runtime.torch_threads, rollout_threads=runtime.rollout_threads,
             device=str(self.device))
         log.info("%s", self.threads.describe())
         self.steps_per_epoch = self.batch_size * self.world.world_size
@@ -177,7 +178,7 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------
     def train(self) -> dict[str, float]:
         """Run epochs until total_timesteps; log each epoch; checkpoint on schedule and at the end."""
-        c = self.config
+        c = self.runtime
         started_step, started = self.global_step, time.perf_counter()
         self.profiler.restart()
         while self.epoch < self.num_epochs:
@@ -290,7 +291,7 @@ class Trainer:
         checkpoint.set_rng_state(own["rng"])
         self.generator.set_state(own["rng"]["generator"])
         if "threads" in own:
-            self.threads = threads.resumed(self.threads, own["threads"], self.config)
+            self.threads = threads.resumed(self.threads, own["threads"], self.runtime)
         self.collector.load_state_dict(own.get("rollout"))
 
     def own_rank_state(self, state: dict) -> dict | None:
@@ -329,6 +330,6 @@ class Trainer:
             name += "_interrupted"
         path = directory / f"{name}.pt"
         checkpoint.save_atomic(state, path)
-        checkpoint.prune(directory, self.config.keep_checkpoints)
+        checkpoint.prune(directory, self.runtime.keep_checkpoints)
         self.logger.log_checkpoint(path)
         return path

@@ -26,8 +26,8 @@ def test_game_configs_compose_with_the_cnn_and_cleanrl_settings(make_cfg, game):
 
 
 def test_atari_steps_half_batches_that_follow_num_envs(make_cfg):
-    assert make_cfg("env=atari/breakout").vec.batch_size == 4
-    assert make_cfg("env=atari/breakout", "vec.num_envs=16").vec.batch_size == 8
+    assert make_cfg("env=atari/breakout").vec.envs_per_batch == 4
+    assert make_cfg("env=atari/breakout", "vec.num_envs=16").vec.envs_per_batch == 8
 
 
 def test_any_game_by_name_and_ids(make_cfg):
@@ -132,10 +132,10 @@ def test_the_cnn_path_learns_from_pixels(make_cfg, tmp_path):
 
 
 def test_a_resumed_atari_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path):
-    small = ["env=atari/breakout", "vec=serial", "vec.num_envs=2", "vec.batch_size=2",
+    small = ["env=atari/breakout", "vec=serial", "vec.num_envs=2", "vec.envs_per_batch=2",
              "train.num_steps=32", "train.total_timesteps=256", "train.num_minibatches=2",
              "train.update_epochs=1", "eval.episodes=0"]
-    run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000002.pt"
     assert torch.load(middle, weights_only=False)["rollout"]["env_state"] is not None  # saved mid-game
     run(make_cfg(*small, f"resume={middle}"), tmp_path / "resumed")

@@ -242,9 +242,9 @@ def test_minigrid_and_toy_text_configs_build(make_cfg):
 
 @pytest.mark.parametrize("overrides", [
     "train.ent_coef=-1", "train.vf_coef=-1", "train.target_kl=-1", "train.adam_eps=0", "train.vf_clip_coef=-1",
-    "vec.batch_size=3", "vec.batch_size=0", "vec=multiprocessing vec.num_workers=3", "vec.start_method=bogus",
+    "vec.envs_per_batch=3", "vec.envs_per_batch=0", "vec=multiprocessing vec.num_workers=3", "vec.start_method=bogus",
     "policy.activation=bogus", "policy.rnn=gru", "profile.timesteps=0", "mode.seconds=0",
-    "env.validate_steps=-1", "train.log_interval=-1", "vec.autotune_seconds=0", "policy=cnn policy.layout=xy",
+    "env.validate_steps=-1", "runtime.log_interval=-1", "vec.autotune_seconds=0", "policy=cnn policy.layout=xy",
     "logger.init_timeout=0", "policy.log_std_init=nan", "vec.restart_failed_workers=2", "vec=auto vec.restart_failed_workers=1",
     "vec=multiprocessing vec.restart_failed_workers=-1", "eval.video_interval=-1"])
 def test_values_that_were_accepted_or_failed_late_are_rejected_by_key(make_cfg, overrides):
@@ -291,7 +291,7 @@ def test_every_shipped_env_config_trains_an_epoch_evaluates_and_saves(make_cfg, 
     from puffer.run import run
 
     # the config as shipped, made small: 2 envs x 32 steps, one epoch, a short evaluation episode
-    metrics = run(make_cfg(f"env={name}", "vec.num_envs=2", "vec.batch_size=null", "train.num_steps=32",
+    metrics = run(make_cfg(f"env={name}", "vec.num_envs=2", "vec.envs_per_batch=null", "train.num_steps=32",
                            "train.num_minibatches=2", "train.total_timesteps=64", "eval.episodes=1",
                            "eval.max_steps=20"), tmp_path)
     assert metrics["train/epoch"] == 1 and (tmp_path / "model.pt").is_file()

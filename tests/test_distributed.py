@@ -66,7 +66,7 @@ def test_two_ranks_learn_cartpole_at_the_same_total_steps(tmp_path):
 
 def test_two_ranks_resume_on_two_ranks_bit_for_bit_and_agree_on_their_statistics(tmp_path, make_cfg, caplog):
     small = ["train.total_timesteps=4096", "train.num_steps=64", "eval.episodes=0", "policy.norm_obs=true",
-             "train.norm_reward=true", "train.checkpoint_interval=2", "train.keep_checkpoints=0"]
+             "train.norm_reward=true", "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"]
     torchrun(2, tmp_path / "full", *small)  # 4 epochs of 2 ranks x 8 envs x 64 steps
     checkpoints = tmp_path / "full" / "checkpoints"
     state = torch.load(checkpoints / "epoch_000002.pt", weights_only=False)
@@ -93,7 +93,7 @@ def test_two_ranks_resume_on_two_ranks_bit_for_bit_and_agree_on_their_statistics
 
 def start_two_ranks(tmp_path: Path, marker: str, *overrides: str) -> subprocess.Popen:
     args = [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "puffer", f"hydra.run.dir={tmp_path}",
-            "train.total_timesteps=100000000", "train.log_interval=0", "dist.timeout=30", *overrides]
+            "train.total_timesteps=100000000", "runtime.log_interval=0", "dist.timeout=30", *overrides]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PUFFER_TEST_MARKER": marker}, start_new_session=True)
     wait_for_epochs(proc, tmp_path)

@@ -135,7 +135,7 @@ def test_evaluation_resets_recurrent_state_as_training_does_for_dying_agents(mon
         trainer = PPO(TrainConfig(num_steps=40, total_timesteps=80), vec, policy)
         trainer.collect()
     # (one-row steps are the thread policy counting the model's FLOPs)
-    training = [rows for rows in policy.zero_rows if len(rows) == vec.num_agents]
+    training = [rows for rows in policy.zero_rows if len(rows) == vec.num_rows]
     policy.zero_rows = []
     assert len(training) == len(vec.seen) == 41  # one step per recv, the last for the bootstrap
     assert any((~masks).any() for masks, _ in vec.seen) and any(d.any() for _, d in vec.seen)
@@ -144,7 +144,7 @@ def test_evaluation_resets_recurrent_state_as_training_does_for_dying_agents(mon
     monkeypatch.setattr(puffer.evaluation, "Serial",
                         lambda *a, **k: created.append(RecordingSerial(*a, **k)) or created[-1])
     evaluate(policy, herd, episodes=4, seed=0, num_envs=2)
-    evaluation = [rows for rows in policy.zero_rows if len(rows) == vec.num_agents]
+    evaluation = [rows for rows in policy.zero_rows if len(rows) == vec.num_rows]
     seen = created[0].seen
     assert any((~masks).any() for masks, _ in seen)
     # Step 0 starts from the initial zero state whatever the rule; from then on, the rule.

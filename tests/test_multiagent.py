@@ -107,7 +107,7 @@ def test_multi_agent_rows_are_identical_across_backends():
     traces = []
     for backend in ("serial", "multiprocessing"):
         with puffer.vector.make(creator, num_envs=2, backend=backend) as vec:
-            assert vec.num_agents == 8
+            assert vec.num_rows == 8
             rng = np.random.default_rng(0)
             obs, _ = vec.reset(3)
             trace = []

@@ -140,7 +140,7 @@ def test_statistics_are_saved_restored_and_frozen_at_evaluation(make_cfg, tmp_pa
 def test_normalized_run_resumes_bit_for_bit(make_cfg, tmp_path, vec):
     small = ["policy.norm_obs=true", "train.norm_reward=true", "train.total_timesteps=2048",
              "train.num_steps=64", "eval.episodes=0", f"vec={vec}"]
-    run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     run(make_cfg(*small, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"),
         tmp_path / "resumed")
     final = "epoch_000004.pt"

@@ -13,7 +13,7 @@ from puffer.run import run
 
 def test_batched_cartpole_matches_gymnasium_step_for_step():
     n = 32
-    env = CartPole(num_envs=n)
+    env = CartPole(num_rows=n)
     env.reset(0)
     references = [gym.make("CartPole-v1").unwrapped for _ in range(n)]
     for i, ref in enumerate(references):
@@ -37,7 +37,7 @@ def test_batched_cartpole_matches_gymnasium_step_for_step():
 
 
 def test_episode_end_then_reset_follows_the_puffer_protocol():
-    env = CartPole(num_envs=4, max_steps=10)
+    env = CartPole(num_rows=4, max_steps=10)
     env.reset(0)
     for _ in range(9):
         _, _, term, trunc, infos = env.step(np.zeros(4, int))
@@ -58,8 +58,8 @@ def test_episode_end_then_reset_follows_the_puffer_protocol():
 def test_native_env_vectorizes_on_both_backends_identically():
     traces = []
     for backend in ("serial", "multiprocessing"):
-        with puffer.vector.make(CartPole, env_kwargs={"num_envs": 16}, num_envs=2, backend=backend) as vec:
-            assert vec.num_agents == 32
+        with puffer.vector.make(CartPole, env_kwargs={"num_rows": 16}, num_envs=2, backend=backend) as vec:
+            assert vec.num_rows == 32
             obs, _ = vec.reset(5)
             rng = np.random.default_rng(0)
             trace = [obs.copy()]
@@ -105,7 +105,7 @@ def test_native_multi_agent_env_is_identical_on_both_backends_and_masks_the_loss
     traces = []
     for backend in ("serial", "multiprocessing"):
         with puffer.vector.make(Herd, num_envs=2, backend=backend, seed=1) as vec:
-            assert vec.num_agents == 8
+            assert vec.num_rows == 8
             obs, _ = vec.reset()
             rng = np.random.default_rng(0)
             trace = []

@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 
 import puffer.vector
-from puffer.config import TrainConfig
+from puffer.config import RuntimeConfig, TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
 from puffer.loggers.base import Logger
 from puffer.models import Default
@@ -23,11 +23,11 @@ def cartpole():
     return GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
 
 
-def make_trainer(creator=cartpole, num_envs=2, seed=0, **train):
+def make_trainer(creator=cartpole, num_envs=2, seed=0, runtime=None, **train):
     seed_everything(seed)
     vec = puffer.vector.make(creator, num_envs=num_envs, seed=seed)
     policy = Default(vec.single_observation_space, vec.single_action_space)
-    return PPO(TrainConfig(**train), vec, policy, seed=seed)
+    return PPO(TrainConfig(**train), vec, policy, seed=seed, runtime=runtime)
 
 
 def test_gae_stops_at_terminals_and_bootstraps_truncations():
@@ -111,7 +111,7 @@ def test_non_finite_loss_stops_training_naming_the_epoch():
 
 
 def test_async_batches_fill_every_row_and_overlap_envs_with_the_policy():
-    vec = puffer.vector.make(cartpole, num_envs=8, num_workers=2, batch_size=4,
+    vec = puffer.vector.make(cartpole, num_envs=8, num_workers=2, envs_per_batch=4,
                              backend="multiprocessing")
     with vec:
         trainer = PPO(TrainConfig(num_steps=64, total_timesteps=64 * 8 * 30, learning_rate=1e-3),
@@ -151,7 +151,7 @@ def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_ord
     # different times; Serial: its batches in turn
     workers = {"num_workers": 4, "overwork": True} if backend == "multiprocessing" else {}
     vec = puffer.vector.make(lambda: GymnasiumPufferEnv(env=StepCounter()), num_envs=4,
-                             batch_size=2, backend=backend, **workers)
+                             envs_per_batch=2, backend=backend, **workers)
     with vec:
         trainer = PPO(TrainConfig(num_steps=16, total_timesteps=16 * 4 * 2), vec,
                       Default(vec.single_observation_space, vec.single_action_space))
@@ -164,7 +164,8 @@ def test_async_batches_spanning_workers_at_different_steps_store_each_row_in_ord
 
 
 def test_bf16_autocast_trains_with_finite_float32_losses():
-    trainer = make_trainer(num_steps=64, total_timesteps=2048, amp="bf16", learning_rate=1e-3)
+    trainer = make_trainer(num_steps=64, total_timesteps=2048, learning_rate=1e-3,
+                           runtime=RuntimeConfig(amp="bf16"))
     metrics = trainer.train()
     assert all(np.isfinite(metrics[k]) for k in ("train/policy_loss", "train/value_loss", "train/entropy"))
     assert trainer.rollout.values.dtype == torch.float32 and trainer.rollout.logprobs.dtype == torch.float32
@@ -336,17 +337,27 @@ def test_vtrace_advantages_are_gae_on_policy_and_clip_each_td_error_and_trace_of
 
 
 def test_prioritized_draws_follow_the_priorities_with_importance_weights():
-    trainer = make_trainer(num_envs=2, prioritized=True, prio_alpha=1.0, prio_beta0=0.5)
+    from puffer.minibatches import Priority
+
     priority = torch.tensor([0.0, 1.0, 3.0, 4.0])
-    drawn, weights = trainer._draw(priority, 40_000)
+    drawn, weights = Priority(1.0, 0.5, torch.Generator().manual_seed(0)).draw(priority, 40_000)
     frequency = torch.bincount(drawn, minlength=4).float() / 40_000
     assert frequency.tolist() == pytest.approx([0.0, 0.125, 0.375, 0.5], abs=0.01)
     p = priority / priority.sum()
-    assert torch.allclose(weights, (4 * p[drawn]) ** -0.5)  # beta at the start: prio_beta0
-    trainer.epoch = trainer.num_epochs // 2  # ... annealed halfway to 1
-    assert trainer.epoch / trainer.num_epochs == 0.5
-    drawn, weights = trainer._draw(priority, 100)
-    assert torch.allclose(weights, (4 * p[drawn]) ** -0.75)
+    assert torch.allclose(weights, (4 * p[drawn]) ** -0.5)
+    # PPO anneals beta from prio_beta0 (at the start) to 1 (at the end)
+    trainer = make_trainer(num_envs=2, prioritized=True, prio_alpha=1.0, prio_beta0=0.2)
+    trainer.collect()
+    trainer.compute_advantages()
+    betas = []
+    for epoch in (0, trainer.num_epochs // 2):
+        trainer.epoch = epoch
+        batch = next(iter(trainer.minibatches()()))
+        alpha_p = trainer.advantages.reshape(-1)[batch.where].abs() + 1e-8
+        total = (trainer.advantages[trainer.rollout.valid].abs() + 1e-8).sum()
+        n = int(trainer.rollout.valid.sum())
+        betas.append(float(-torch.log(batch.prio[0]) / torch.log(n * alpha_p[0] / total)))
+    assert betas == pytest.approx([0.2, 0.2 + 0.8 * (trainer.num_epochs // 2) / trainer.num_epochs], rel=1e-3)
 
 
 @pytest.mark.parametrize("rnn", [None, "lstm"])
@@ -356,7 +367,7 @@ def test_vtrace_and_prioritized_sampling_learn_cartpole_and_resume_bit_for_bit(m
 
     options = ["train.vtrace=true", "train.prioritized=true", "train.total_timesteps=1024",
                "train.num_steps=32", "eval.episodes=0", f"policy.rnn={rnn or 'null'}"]
-    run(make_cfg(*options, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    run(make_cfg(*options, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     run(make_cfg(*options, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"), tmp_path / "resumed")
     final = [torch.load(tmp_path / d / "checkpoints" / "epoch_000004.pt", weights_only=False)["policy"]
              for d in ("full", "resumed")]

@@ -41,7 +41,7 @@ def test_ray_steps_the_same_envs_as_serial(local_ray):
 
 
 def test_ray_async_batches(local_ray):
-    with puffer.vector.make(cartpole, num_envs=4, num_workers=2, batch_size=2, backend="ray") as vec:
+    with puffer.vector.make(cartpole, num_envs=4, num_workers=2, envs_per_batch=2, backend="ray") as vec:
         vec.async_reset(0)
         seen = set()
         for _ in range(10):
@@ -97,8 +97,8 @@ def test_worker_backends_restore_saved_envs_mid_episode(local_ray, backend):
 
 
 def test_auto_measures_every_candidate_and_keeps_the_fastest(caplog):
-    assert {"backend": "serial", "num_workers": None, "batch_size": None} in candidates(8)
-    assert {"backend": "multiprocessing", "num_workers": 2, "batch_size": 4} in candidates(8)
+    assert {"backend": "serial", "num_workers": None, "envs_per_batch": None} in candidates(8)
+    assert {"backend": "multiprocessing", "num_workers": 2, "envs_per_batch": 4} in candidates(8)
     with caplog.at_level(logging.INFO, logger="puffer.vector.autotune"):
         best = autotune(cartpole, 8, seconds=0.2)
     measured = [r.getMessage() for r in caplog.records if "steps/s" in r.getMessage() and "picked" not in r.getMessage()]
@@ -110,14 +110,14 @@ def test_auto_measures_every_candidate_and_keeps_the_fastest(caplog):
 
 def test_auto_can_pick_more_workers_than_cores_and_the_run_builds_them(make_cfg, monkeypatch):
     cores = os.cpu_count() or 1
-    overworked = {"backend": "multiprocessing", "num_workers": 2 * cores, "batch_size": cores * 2,
+    overworked = {"backend": "multiprocessing", "num_workers": 2 * cores, "envs_per_batch": cores * 2,
                   "overwork": True}
     assert overworked in candidates(4 * cores)
     monkeypatch.setattr(puffer.vector.autotune, "autotune", lambda *args, **kwargs: dict(overworked))
     cfg = make_cfg("vec=auto", f"vec.num_envs={4 * cores}")
     with make_vecenv(cfg, cartpole) as vec:  # vec.overwork is False: the pick's own flag counts
         assert isinstance(vec, Multiprocessing) and vec.num_workers == 2 * cores
-        assert vec.batch_size == 2 * cores
+        assert vec.envs_per_batch == 2 * cores
 
 
 def test_the_profiler_counts_local_ray_actors_as_workers_not_as_other_processes(local_ray):
@@ -144,7 +144,7 @@ def test_a_ray_run_resumes_bit_for_bit(local_ray, make_cfg, tmp_path):
     from puffer.run import run
 
     small = ["vec=ray", "train.total_timesteps=2048", "train.num_steps=64", "eval.episodes=0"]
-    run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000002.pt"
     run(make_cfg(*small, f"resume={middle}"), tmp_path / "resumed")
     full, resumed = (read_metrics(tmp_path / d / "metrics.jsonl") for d in ("full", "resumed"))

@@ -39,7 +39,7 @@ def params(path: Path) -> torch.Tensor:
 
 @pytest.mark.parametrize("vec", ["serial", "multiprocessing"])
 def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path, vec):
-    run(make_cfg(*SMALL, f"vec={vec}", "train.checkpoint_interval=4", "train.keep_checkpoints=0"),
+    run(make_cfg(*SMALL, f"vec={vec}", "runtime.checkpoint_interval=4", "runtime.keep_checkpoints=0"),
         tmp_path / "full")
     full = read_metrics(tmp_path / "full" / "metrics.jsonl")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000004.pt"
@@ -123,7 +123,7 @@ def test_resume_latest_finds_the_newest_checkpoint(tmp_path):
 
 
 def test_only_the_last_k_checkpoints_are_kept(make_cfg, tmp_path):
-    run(make_cfg(*SMALL, "train.checkpoint_interval=1", "train.keep_checkpoints=3"), tmp_path)
+    run(make_cfg(*SMALL, "runtime.checkpoint_interval=1", "runtime.keep_checkpoints=3"), tmp_path)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["epoch_000006.pt", "epoch_000007.pt", "epoch_000008.pt"]
 
@@ -159,7 +159,7 @@ def test_missing_resume_checkpoint_fails_before_envs_start(make_cfg, tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_saves_a_checkpoint_and_leaves_no_process(tmp_path, sig):
     args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "vec=multiprocessing",
-            "train.total_timesteps=10000000", "train.log_interval=0"]
+            "train.total_timesteps=10000000", "runtime.log_interval=0"]
     # SIGINT back to its default in the child: a suite started in the background by a
     # non-interactive shell inherits SIGINT ignored, and Python then never installs its handler
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -191,7 +191,7 @@ def test_no_child_processes_remain_after_a_worker_crash_in_training(make_cfg, tm
 
 def test_recurrent_policy_resumes_bit_for_bit_too(make_cfg, tmp_path):
     small = [*SMALL, "policy.rnn=lstm", "train.total_timesteps=1024", "train.num_steps=32"]
-    run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     run(make_cfg(*small, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"), tmp_path / "resumed")
     final = "epoch_000004.pt"
     assert torch.equal(params(tmp_path / "full" / "checkpoints" / final),
@@ -202,7 +202,7 @@ def start_training(tmp_path, *overrides):
     """`python -m puffer` in a session (and process group) of its own, as SLURM or GNU timeout
     run it; returns the process once it has logged 3 epochs."""
     args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "train.total_timesteps=10000000",
-            "train.log_interval=0", *overrides]
+            "runtime.log_interval=0", *overrides]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     wait_for_epochs(proc, tmp_path, timeout=180)
@@ -308,7 +308,7 @@ def test_resume_from_model_pt_says_it_holds_a_policy_only(make_cfg, tmp_path):
 
 def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(make_cfg, tmp_path, caplog):
     small = ["train.total_timesteps=1024", "train.num_steps=64", "eval.episodes=0"]
-    run(make_cfg(*small, "train.checkpoint_interval=1", "train.keep_checkpoints=0"), tmp_path / "a")
+    run(make_cfg(*small, "runtime.checkpoint_interval=1", "runtime.keep_checkpoints=0"), tmp_path / "a")
     checkpoints = sorted((tmp_path / "a" / "checkpoints").glob("epoch_*.pt"))
     newest = checkpoints[-1]
     newest.write_bytes(newest.read_bytes()[:100])  # torn
@@ -376,6 +376,24 @@ def test_a_resumed_config_takes_another_kind_of_env_whole_and_the_command_line_o
     assert resumed.train.num_steps == 128 and resumed.train.learning_rate == 0.01  # the override wins
     assert resumed.eval.episodes == 3  # how this invocation evaluates is its own
     assert checkpoint.resumed_config(cfg, {"config": saved}, None) is cfg  # built in Python: as given
+
+
+def test_a_checkpoint_from_before_the_runtime_section_resumes_with_its_keys_moved(make_cfg):
+    """Checkpoints written when checkpoints, threads and precision were train.* keys: those
+    keys go to runtime, so the resumed run goes on saving and threading as it did."""
+    cfg = make_cfg("resume=x", "runtime.keep_checkpoints=2")
+    saved = {"train": {"learning_rate": 0.01, "checkpoint_interval": 5, "keep_checkpoints": 0,
+                       "torch_threads": 1, "amp": None, "log_interval": 2.0}}
+    resumed = checkpoint.resumed_config(cfg, {"config": saved}, ["resume=x", "runtime.keep_checkpoints=2"])
+    assert resumed.train.learning_rate == 0.01 and "checkpoint_interval" not in resumed.train
+    assert resumed.runtime.checkpoint_interval == 5 and resumed.runtime.torch_threads == 1
+    assert resumed.runtime.log_interval == 2.0
+    assert resumed.runtime.keep_checkpoints == 2  # the command line wins
+    # and keys renamed since: vec.batch_size (envs per recv), an ocean env's num_envs (its rows)
+    old = {"env": {"_target_": "puffer.envs.ocean.CartPole", "num_envs": 64, "max_steps": 500},
+           "vec": {"num_envs": 2, "batch_size": 1}}
+    resumed = checkpoint.resumed_config(make_cfg("resume=x"), {"config": old}, ["resume=x"])
+    assert resumed.vec.envs_per_batch == 1 and resumed.env.num_rows == 64 and "num_envs" not in resumed.env
 
 
 def test_eval_uses_the_checkpoints_env_unless_told_otherwise(make_cfg, tmp_path):

@@ -17,7 +17,7 @@ from gymnasium import spaces
 import puffer.emulation
 import puffer.vector
 from puffer import threads
-from puffer.config import TrainConfig
+from puffer.config import RuntimeConfig, TrainConfig
 from puffer.loggers.base import read_metrics
 from puffer.machine import MachineUsage
 from puffer.models import Default, NatureCNN
@@ -89,8 +89,8 @@ def test_the_flop_count_is_torchs_for_a_linear_layer():
 def test_the_trainer_collects_and_learns_with_the_planned_threads(backend, rollout_threads, expected):
     vec = puffer.vector.make(cartpole, num_envs=2, backend=backend, num_workers=1)
     policy = Default(vec.single_observation_space, vec.single_action_space)
-    trainer = PPO(TrainConfig(num_steps=8, total_timesteps=32, rollout_threads=rollout_threads,
-                              torch_threads=2), vec, policy)
+    trainer = PPO(TrainConfig(num_steps=8, total_timesteps=32), vec, policy,
+                  runtime=RuntimeConfig(rollout_threads=rollout_threads, torch_threads=2))
     seen = {}
 
     def forward(obs):
@@ -110,11 +110,11 @@ def test_a_resumed_run_keeps_the_thread_counts_it_was_saved_with(caplog):
     current = ThreadPlan(learn=1, rollout=1, cpus=2, share=2, why="the whole machine")
     saved = {"learn": 2, "rollout": 1, "cpus": 16, "share": 16, "why": "the whole machine"}
     with caplog.at_level(logging.WARNING, logger="puffer.threads"):
-        plan = threads.resumed(current, saved, TrainConfig())
+        plan = threads.resumed(current, saved, RuntimeConfig())
     assert (plan.learn, plan.rollout) == (2, 1)
     assert "as the checkpoint ran" in caplog.text
-    # An explicit train.torch_threads wins over the checkpoint.
-    assert threads.resumed(current, saved, TrainConfig(torch_threads=3)).learn == 3
+    # An explicit runtime.torch_threads wins over the checkpoint.
+    assert threads.resumed(current, saved, RuntimeConfig(torch_threads=3)).learn == 3
 
 
 def test_a_checkpoint_carries_the_thread_plan_back_into_the_trainer():

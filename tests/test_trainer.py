@@ -47,7 +47,7 @@ def test_muon_takes_the_weight_matrices_and_resumes_bit_for_bit(make_cfg, tmp_pa
 
     small = ["train.optimizer=muon", "train.lr_schedule=cosine", "train.total_timesteps=1024",
              "train.num_steps=32", "eval.episodes=0"]
-    run(make_cfg(*small, "train.checkpoint_interval=2", "train.keep_checkpoints=0"), tmp_path / "full")
+    run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     state = torch.load(tmp_path / "full" / "checkpoints" / "epoch_000002.pt", weights_only=False)
     muon, adam = state["optimizer"]["optimizers"]
     assert len(muon["param_groups"][0]["params"]) == 6  # 3 Linear weights each in actor and critic
@@ -63,3 +63,4 @@ def test_cosine_schedule_decays_the_learning_rate_to_zero_along_a_half_cosine():
 
     assert [lr_scale("cosine", p) for p in (0.0, 0.5, 1.0)] == pytest.approx([1.0, 0.5, 0.0])
     assert lr_scale("cosine", 0.25) == pytest.approx(0.8535534)
+

@@ -74,7 +74,7 @@ def rollout(vec, steps, seed=0):
     obs, _ = vec.reset(seed)
     trace = [obs.copy()]
     for _ in range(steps):
-        obs, rew, term, trunc, _ = vec.step(rng.integers(0, 2, vec.num_agents))
+        obs, rew, term, trunc, _ = vec.step(rng.integers(0, 2, vec.num_rows))
         trace.append(np.concatenate([obs.ravel(), rew, term, trunc]))
     return trace
 
@@ -117,7 +117,7 @@ def test_serial_batches_step_in_send_order_the_same_envs_as_all_at_once():
     with Serial(cartpole, num_envs=4) as whole:
         whole.reset(0)
         expected = [whole.step(a)[0].copy() for a in actions]
-    with Serial(cartpole, num_envs=4, batch_size=2) as vec:
+    with Serial(cartpole, num_envs=4, envs_per_batch=2) as vec:
         vec.async_reset(0)
         first, second = vec.recv(), vec.recv()
         assert [first[5].tolist(), second[5].tolist()] == [[0, 1], [2, 3]]
@@ -130,8 +130,8 @@ def test_serial_batches_step_in_send_order_the_same_envs_as_all_at_once():
         vec.send(actions[0][:2], env_ids=[0, 1])
         with pytest.raises(RuntimeError, match="recv"):  # that batch is stepping
             vec.send(actions[0][:2], env_ids=[0, 1])
-    with pytest.raises(VecConfigError, match="batch_size=3: expected a divisor of num_envs=4"):
-        Serial(cartpole, num_envs=4, batch_size=3)
+    with pytest.raises(VecConfigError, match="envs_per_batch=3: expected a divisor of num_envs=4"):
+        Serial(cartpole, num_envs=4, envs_per_batch=3)
 
 
 def test_random_action_loop_has_a_leading_num_envs_dimension():
@@ -145,7 +145,7 @@ def test_random_action_loop_has_a_leading_num_envs_dimension():
 
 
 def test_async_batches_return_ready_envs_and_step_exactly_those():
-    with Multiprocessing(cartpole, num_envs=8, num_workers=4, batch_size=4, overwork=True) as vec:
+    with Multiprocessing(cartpole, num_envs=8, num_workers=4, envs_per_batch=4, overwork=True) as vec:
         vec.async_reset(0)
         stepped = np.zeros(8, int)
         for _ in range(50):
@@ -222,7 +222,7 @@ def test_main_process_blocks_instead_of_polling_while_a_slow_env_steps():
 
 def test_async_recv_returns_whichever_workers_finish_first():
     creators = [functools.partial(sleepy_cartpole, 0.05), cartpole, cartpole, cartpole]
-    with Multiprocessing(creators, num_envs=4, num_workers=4, batch_size=1, start_method="fork",
+    with Multiprocessing(creators, num_envs=4, num_workers=4, envs_per_batch=1, start_method="fork",
                          overwork=True) as vec:
         vec.async_reset(0)
         seen = []
@@ -272,9 +272,9 @@ def test_env_creation_error_is_raised_at_construction(children):
     assert not children()
 
 
-@pytest.mark.parametrize("batch_size", [4, 2])
-def test_close_leaves_no_child_process(children, batch_size):
-    vec = Multiprocessing(cartpole, num_envs=4, num_workers=2, batch_size=batch_size)
+@pytest.mark.parametrize("envs_per_batch", [4, 2])
+def test_close_leaves_no_child_process(children, envs_per_batch):
+    vec = Multiprocessing(cartpole, num_envs=4, num_workers=2, envs_per_batch=envs_per_batch)
     vec.reset(0)
     assert len(children()) == len(vec.processes) >= 1
     vec.close()
@@ -284,7 +284,7 @@ def test_close_leaves_no_child_process(children, batch_size):
 @pytest.mark.parametrize(("kwargs", "processes"), [
     ({}, 1),  # synchronous: worker 0 steps in the main process
     ({"step_in_main": False}, 2),
-    ({"batch_size": 2}, 2),  # async: the main process acts for one batch while the other steps
+    ({"envs_per_batch": 2}, 2),  # async: the main process acts for one batch while the other steps
 ])
 def test_the_main_process_steps_worker_0_only_with_synchronous_batches(kwargs, processes):
     with Multiprocessing(cartpole, num_envs=4, num_workers=2, **kwargs) as vec:
@@ -350,7 +350,7 @@ def test_serial_wraps_env_errors_with_the_env_index():
     ("kwargs", "message"),
     [
         ({"num_envs": 6, "num_workers": 4}, "num_envs=6 is not divisible by num_workers=4"),
-        ({"num_envs": 8, "num_workers": 2, "batch_size": 3}, "batch_size=3 is not a multiple of the 4 envs per worker"),
+        ({"num_envs": 8, "num_workers": 2, "envs_per_batch": 3}, "envs_per_batch=3 is not a multiple of the 4 envs per worker"),
         ({"num_envs": 64, "num_workers": 64}, "pass overwork=True"),
     ],
 )
@@ -445,7 +445,7 @@ def steps_until_restart(vec, steps):
     """Step with action 0; per step, the envs pop_restarted() named."""
     restarted = []
     for _ in range(steps):
-        vec.step(np.zeros(vec.num_agents, int))
+        vec.step(np.zeros(vec.num_rows, int))
         restarted.append(list(vec.pop_restarted()))
     return restarted
 

@@ -30,7 +30,7 @@ class RLBenchmark:
             started = time.perf_counter()
             while (elapsed := time.perf_counter() - started) < self.seconds:
                 _, _, _, _, infos = vec.step(vec.action_space.sample())
-                steps += vec.num_agents
+                steps += vec.num_rows
                 returns += [i["episode_return"] for i in infos if "episode_return" in i]
         return {"sps": steps / elapsed, "episode_return": float(np.mean(returns)) if returns else float("nan"),
                 "episodes": len(returns)}

@@ -29,7 +29,7 @@ def resolve_backend(backend) -> type[VecEnv]:
 
 
 def make(env_creator_or_creators, env_args=None, env_kwargs=None, backend=Serial,
-         num_envs: int = 1, num_workers: int | None = None, batch_size: int | None = None,
+         num_envs: int = 1, num_workers: int | None = None, envs_per_batch: int | None = None,
          zero_copy: bool = True, seed: int = 0, **backend_kwargs) -> VecEnv:
     """Build `num_envs` envs from a creator (or one creator per env) on the chosen backend.
 
@@ -38,5 +38,5 @@ def make(env_creator_or_creators, env_args=None, env_kwargs=None, backend=Serial
     """
     cls = resolve_backend(backend)
     return cls(env_creator_or_creators, env_args=env_args, env_kwargs=env_kwargs,
-               num_envs=num_envs, num_workers=num_workers, batch_size=batch_size,
+               num_envs=num_envs, num_workers=num_workers, envs_per_batch=envs_per_batch,
                zero_copy=zero_copy, seed=seed, **backend_kwargs)

@@ -22,18 +22,18 @@ log = logging.getLogger(__name__)
 
 def candidates(num_envs: int) -> list[dict]:
     cores = os.cpu_count() or 1
-    found = [{"backend": "serial", "num_workers": None, "batch_size": None}]
+    found = [{"backend": "serial", "num_workers": None, "envs_per_batch": None}]
     for workers in range(1, min(num_envs, cores) + 1):
         if num_envs % workers:
             continue
-        found.append({"backend": "multiprocessing", "num_workers": workers, "batch_size": None})
+        found.append({"backend": "multiprocessing", "num_workers": workers, "envs_per_batch": None})
         if workers >= 2 and workers % 2 == 0:
             found.append({"backend": "multiprocessing", "num_workers": workers,
-                          "batch_size": num_envs // 2})
+                          "envs_per_batch": num_envs // 2})
     doubled = 2 * cores
     if doubled <= num_envs and num_envs % doubled == 0 and (num_envs // 2) % (num_envs // doubled) == 0:
         found.append({"backend": "multiprocessing", "num_workers": doubled,
-                      "batch_size": num_envs // 2, "overwork": True})
+                      "envs_per_batch": num_envs // 2, "overwork": True})
     return found
 
 
@@ -47,7 +47,7 @@ def measure(env_creator, num_envs: int, settings: dict, seconds: float, seed: in
         steps, started = 0, time.perf_counter()
         while time.perf_counter() - started < seconds:
             per_batch = len(env_ids) * vec.agents_per_env
-            vec.send(vec.action_space.sample()[:per_batch] if per_batch < vec.agents_per_batch
+            vec.send(vec.action_space.sample()[:per_batch] if per_batch < vec.rows_per_batch
                      else vec.action_space.sample())
             *_, env_ids, _ = vec.recv()
             steps += len(env_ids) * vec.agents_per_env
@@ -56,7 +56,7 @@ def measure(env_creator, num_envs: int, settings: dict, seconds: float, seed: in
 
 def autotune(env_creator, num_envs: int, seconds: float = 1.0, seed: int = 0,
              rounds: int = 3) -> dict:
-    """The fastest settings ({backend, num_workers, batch_size}) for puffer.vector.make.
+    """The fastest settings ({backend, num_workers, envs_per_batch}) for puffer.vector.make.
 
     The candidates are measured in `rounds` interleaved rounds of `seconds / rounds` each (a
     candidate is rebuilt every round: holding all of them open would hold every candidate's
@@ -69,8 +69,8 @@ def autotune(env_creator, num_envs: int, seconds: float = 1.0, seed: int = 0,
         for i, settings in enumerate(options):
             rates[i] = max(rates[i], measure(env_creator, num_envs, settings, seconds / rounds, seed))
     for sps, c in zip(rates, options, strict=True):
-        log.info("vec=auto: %-15s workers=%-4s batch_size=%-4s%s %10.0f steps/s", c["backend"],
-                 c["num_workers"], c["batch_size"], " overwork" if c.get("overwork") else "", sps)
+        log.info("vec=auto: %-15s workers=%-4s envs_per_batch=%-4s%s %10.0f steps/s", c["backend"],
+                 c["num_workers"], c["envs_per_batch"], " overwork" if c.get("overwork") else "", sps)
     sps, best = max(zip(rates, options, strict=True), key=lambda r: r[0])
     log.info("vec=auto picked %s (%.0f steps/s)", best, sps)
     return dict(best)

@@ -131,7 +131,7 @@ class VecEnv:
     """Many puffer envs as one batch. Rows are agent slots: env i owns rows
     [i * agents_per_env, (i + 1) * agents_per_env).
 
-    `step(actions)` = `send(actions)` then `recv()` for the whole batch; with `batch_size < num_envs`
+    `step(actions)` = `send(actions)` then `recv()` for the whole batch; with `envs_per_batch < num_envs`
     (Multiprocessing), `recv()` returns the first ready envs and `send()` steps exactly those.
     """
 
@@ -141,22 +141,22 @@ class VecEnv:
     # its rollout forward passes fewer threads when they do.
     steps_in_workers = False
 
-    def __init__(self, driver: PufferEnv, num_envs: int, batch_size: int | None, seed: int):
+    def __init__(self, driver: PufferEnv, num_envs: int, envs_per_batch: int | None, seed: int):
         if num_envs < 1:
             raise VecConfigError(f"num_envs={num_envs} must be at least 1")
         self.driver_env = driver
         self.num_envs = num_envs
-        self.batch_size = num_envs if batch_size is None else batch_size
-        if not 1 <= self.batch_size <= num_envs:
-            raise VecConfigError(f"batch_size={batch_size} must be between 1 and num_envs={num_envs}")
+        self.envs_per_batch = num_envs if envs_per_batch is None else envs_per_batch
+        if not 1 <= self.envs_per_batch <= num_envs:
+            raise VecConfigError(f"envs_per_batch={envs_per_batch} must be between 1 and num_envs={num_envs}")
         self.seed = seed
         self.agents_per_env = driver.num_agents
-        self.num_agents = num_envs * self.agents_per_env
-        self.agents_per_batch = self.batch_size * self.agents_per_env
+        self.num_rows = num_envs * self.agents_per_env
+        self.rows_per_batch = self.envs_per_batch * self.agents_per_env
         self.single_observation_space = driver.single_observation_space
         self.single_action_space = driver.single_action_space
-        self.observation_space = batch_space(self.single_observation_space, self.agents_per_batch)
-        self.action_space = batch_space(self.single_action_space, self.agents_per_batch)
+        self.observation_space = batch_space(self.single_observation_space, self.rows_per_batch)
+        self.action_space = batch_space(self.single_action_space, self.rows_per_batch)
         self.action_dtype = action_dtype(self.single_action_space)
         self.action_shape = tuple(self.single_action_space.shape)
         self._closed = False
@@ -259,20 +259,20 @@ class VecEnv:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_envs={self.num_envs}, batch_size={self.batch_size}, "
+        return (f"{type(self).__name__}(num_envs={self.num_envs}, envs_per_batch={self.envs_per_batch}, "
                 f"agents_per_env={self.agents_per_env}, env={self.driver_env.name})")
 
 
-def check_workers(num_envs: int, num_workers: int, batch_size: int, overwork: bool) -> None:
+def check_workers(num_envs: int, num_workers: int, envs_per_batch: int, overwork: bool) -> None:
     """Reject impossible worker layouts before any process starts."""
     if num_workers < 1:
         raise VecConfigError(f"num_workers={num_workers} must be at least 1")
     if num_envs % num_workers:
         raise VecConfigError(f"num_envs={num_envs} is not divisible by num_workers={num_workers}")
     per_worker = num_envs // num_workers
-    if batch_size % per_worker:
+    if envs_per_batch % per_worker:
         raise VecConfigError(
-            f"batch_size={batch_size} is not a multiple of the {per_worker} envs per worker "
+            f"envs_per_batch={envs_per_batch} is not a multiple of the {per_worker} envs per worker "
             f"(num_envs={num_envs} / num_workers={num_workers})"
         )
     cores = os.cpu_count() or 1
@@ -284,12 +284,12 @@ def check_workers(num_envs: int, num_workers: int, batch_size: int, overwork: bo
 
 
 def prepare_workers(env_creators, env_args, env_kwargs, num_envs: int, num_workers: int | None,
-                    batch_size: int | None, overwork: bool) -> tuple[list[Callable], int, PufferEnv]:
+                    envs_per_batch: int | None, overwork: bool) -> tuple[list[Callable], int, PufferEnv]:
     """What every worker backend does first: one creator per env, the worker count (checked
     before anything starts), and a driver env built here to read the spaces from."""
     creators = as_creators(env_creators, num_envs)
     num_workers = default_workers(num_envs) if num_workers is None else num_workers
-    check_workers(num_envs, num_workers, num_envs if batch_size is None else batch_size, overwork)
+    check_workers(num_envs, num_workers, num_envs if envs_per_batch is None else envs_per_batch, overwork)
     driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
     return creators, num_workers, driver
 

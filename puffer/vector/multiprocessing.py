@@ -10,7 +10,7 @@ polls only while its waits have been short (under ten polling windows): the main
 the workers' steps are (an Atari step is milliseconds), a worker while commands come quickly (a
 CNN policy takes milliseconds a batch). Otherwise polling only holds a core another process needs.
 
-With `batch_size < num_envs`, `recv()` returns the first workers that are ready (EnvPool-style)
+With `envs_per_batch < num_envs`, `recv()` returns the first workers that are ready (EnvPool-style)
 and `send()` steps exactly those. Infos and errors travel on a per-worker pipe, only when there
 are any, written by the worker itself after it flags them (a Queue's feeder thread would cost a
 thread switch per message, more than a CartPole step). A worker whose env raises reports the
@@ -20,7 +20,7 @@ the worker (or worker 0's envs in the main process) is rebuilt, its envs reset o
 and the step that failed comes back as a truncation of every one of its envs, with the env ids
 in `pop_restarted()` so that the collector drops the interrupted episodes from its rollout.
 
-With synchronous batches (`batch_size == num_envs`), the main process would only wait while the
+With synchronous batches (`envs_per_batch == num_envs`), the main process would only wait while the
 workers step, so it steps worker 0's envs itself (`step_in_main`), after waking the others: one
 process fewer on the cores and one wake-up less per step (2 cores, 8 envs, random actions:
 CartPole 1.18x the steps/second of two worker processes, Breakout 0.97-1.07x). Worker 0 keeps the
@@ -89,18 +89,18 @@ class Multiprocessing(VecEnv):
     steps_in_workers = True
 
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
-                 num_workers: int | None = None, batch_size: int | None = None,
+                 num_workers: int | None = None, envs_per_batch: int | None = None,
                  zero_copy: bool = True, seed: int = 0, overwork: bool = False,
                  start_method: str | None = None, spin_us: float = 50.0, poll_s: float = 0.25,
                  worker_spin_us: float = 100.0, step_in_main: bool = True,
                  step_timeout: float | None = 300.0, restart_failed_workers: int = 0):
         creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
-                                                        num_workers, batch_size, overwork)
-        super().__init__(driver, num_envs, batch_size, seed)
+                                                        num_workers, envs_per_batch, overwork)
+        super().__init__(driver, num_envs, envs_per_batch, seed)
         driver.close()
         self.num_workers = num_workers
         self.envs_per_worker = num_envs // num_workers
-        self.workers_per_batch = self.batch_size // self.envs_per_worker
+        self.workers_per_batch = self.envs_per_batch // self.envs_per_worker
         self.zero_copy = zero_copy
         self.spin_s = spin_us * 1e-6
         self.worker_spin_s = worker_spin_us * 1e-6
@@ -118,9 +118,9 @@ class Multiprocessing(VecEnv):
         self.restart_budget = restart_failed_workers
         self._prematched: set[int] = set()
 
-        specs = Buffers.specs(self.single_observation_space, self.num_agents)
+        specs = Buffers.specs(self.single_observation_space, self.num_rows)
         specs.update({
-            "actions": ((self.num_agents, *self.action_shape), self.action_dtype),
+            "actions": ((self.num_rows, *self.action_shape), self.action_dtype),
             "commands": ((num_workers,), np.int32),
             "states": ((num_workers,), np.int32),
             "tickets": ((num_workers,), np.int64),  # commands sent to each worker so far
@@ -203,7 +203,7 @@ class Multiprocessing(VecEnv):
         self._dispatch(workers, STEP)
 
     def recv(self):
-        """The first `batch_size` envs to finish (whole workers), or all that are still in
+        """The first `envs_per_batch` envs to finish (whole workers), or all that are still in
         flight when fewer remain; envs received and not sent again are simply left idle."""
         if not self._in_flight:
             raise RuntimeError("recv(): nothing is stepping; send() first")

@@ -2,7 +2,7 @@
 
 For users who outgrow one machine: `ray.init(address=...)` joins an existing cluster
 (`vec.ray_address`), otherwise a local Ray is started for the run. Results come back through Ray's
-object store (copies, unlike the shared memory of Multiprocessing); `batch_size < num_envs` gives
+object store (copies, unlike the shared memory of Multiprocessing); `envs_per_batch < num_envs` gives
 the same async batches, over `ray.wait`. Needs the ray extra: pip install 'puffer[ray]'.
 """
 
@@ -116,7 +116,7 @@ class Ray(VecEnv):
     steps_in_workers = True
 
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
-                 num_workers: int | None = None, batch_size: int | None = None,
+                 num_workers: int | None = None, envs_per_batch: int | None = None,
                  zero_copy: bool = True, seed: int = 0, address: str | None = None,
                  overwork: bool = True, step_timeout: float | None = 300.0,
                  restart_failed_workers: int = 0, **unused):
@@ -124,16 +124,16 @@ class Ray(VecEnv):
         check_reachable(address)
         # A cluster has more cores than this machine: the local core count is no limit here.
         creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
-                                                        num_workers, batch_size, overwork)
-        super().__init__(driver, num_envs, batch_size, seed)
+                                                        num_workers, envs_per_batch, overwork)
+        super().__init__(driver, num_envs, envs_per_batch, seed)
         driver.close()
         self._ray = ray
         self._started_ray = not ray.is_initialized()
         self.num_workers = num_workers
         self.envs_per_worker = num_envs // num_workers
-        self.workers_per_batch = self.batch_size // self.envs_per_worker
+        self.workers_per_batch = self.envs_per_batch // self.envs_per_worker
         self.step_timeout = step_timeout
-        self.buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
+        self.buffers = Buffers.allocate(self.single_observation_space, self.num_rows)
         self._actors: list = []
         self._pending: dict = {}  # ref -> worker, of every command not yet received
         self._sent_at: dict = {}  # ref -> when its command was sent

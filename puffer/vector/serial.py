@@ -29,7 +29,7 @@ from puffer.vector.watchdog import StepTimeout, Watchdog
 
 
 class Serial(VecEnv):
-    """With `batch_size < num_envs`, the envs are stepped a batch at a time: `send` steps the
+    """With `envs_per_batch < num_envs`, the envs are stepped a batch at a time: `send` steps the
     batch it is given at once and `recv` returns batches in the order they were sent. That is
     the trainer's async loop without the overlap, so one config (e.g. Atari's half batches)
     runs on every backend."""
@@ -37,18 +37,18 @@ class Serial(VecEnv):
     backend_name = "serial"
 
     def __init__(self, env_creators, env_args=None, env_kwargs=None, num_envs: int = 1,
-                 num_workers: int | None = None, batch_size: int | None = None,
+                 num_workers: int | None = None, envs_per_batch: int | None = None,
                  zero_copy: bool = True, seed: int = 0, step_timeout: float | None = None, **unused):
         creators = as_creators(env_creators, num_envs)
-        if batch_size is not None and not (0 < batch_size <= num_envs and num_envs % batch_size == 0):
+        if envs_per_batch is not None and not (0 < envs_per_batch <= num_envs and num_envs % envs_per_batch == 0):
             raise VecConfigError(
-                f"batch_size={batch_size}: expected a divisor of num_envs={num_envs} (Serial "
+                f"envs_per_batch={envs_per_batch}: expected a divisor of num_envs={num_envs} (Serial "
                 "steps whole batches), or null for all envs at once"
             )
         driver = check_puffer_env(creators[0](*(env_args or ()), **(env_kwargs or {})), 0)
-        super().__init__(driver, num_envs, batch_size, seed)
+        super().__init__(driver, num_envs, envs_per_batch, seed)
         self.zero_copy = zero_copy
-        self.buffers = Buffers.allocate(self.single_observation_space, self.num_agents)
+        self.buffers = Buffers.allocate(self.single_observation_space, self.num_rows)
         self.envs = [driver, *build_envs(creators[1:], env_args, env_kwargs, first=1)]
         self._group_envs()
         self._sent: deque[tuple[int, list[dict]]] = deque()  # (batch, infos), oldest first
@@ -57,7 +57,7 @@ class Serial(VecEnv):
         self._watchdog = Watchdog(step_timeout) if step_timeout else None
 
     def _group_envs(self) -> None:
-        size, n = self.batch_size, self.agents_per_env
+        size, n = self.envs_per_batch, self.agents_per_env
         firsts = range(0, self.num_envs, size)
         batches = [self.buffers.rows(first * n, (first + size) * n) for first in firsts]
         self.groups = [EnvGroup(self.envs[first : first + size], first, rows, n)
@@ -78,10 +78,10 @@ class Serial(VecEnv):
         if env_ids is None:
             batches = sorted(self._idle)
         else:
-            batches = whole_groups(env_ids, self.batch_size, "batches")
+            batches = whole_groups(env_ids, self.envs_per_batch, "batches")
         if not batches or not set(batches) <= self._idle:
             raise RuntimeError("send() steps envs the last recv() returned; call recv() first")
-        rows = self.batch_size * self.agents_per_env
+        rows = self.envs_per_batch * self.agents_per_env
         actions = self.check_actions(actions, len(batches) * rows)
         for i, k in enumerate(batches):
             self._idle.discard(k)

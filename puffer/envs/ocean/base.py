@@ -11,12 +11,12 @@ from puffer.emulation import PufferEnv
 class BatchedEnv(PufferEnv):
     independent_rows = True
 
-    def init_rows(self, num_envs: int, seed: int) -> None:
-        self.num_agents = num_envs
+    def init_rows(self, num_rows: int, seed: int) -> None:
+        self.num_agents = num_rows
         self.seed = seed
-        self.steps = np.zeros(num_envs, dtype=np.int64)
-        self.returns = np.zeros(num_envs)
-        self.needs_reset = np.zeros(num_envs, dtype=bool)
+        self.steps = np.zeros(num_rows, dtype=np.int64)
+        self.returns = np.zeros(num_rows)
+        self.needs_reset = np.zeros(num_rows, dtype=bool)
         self.rng = np.random.default_rng(seed)
 
     def restart_rows(self, seed: int | None) -> None:

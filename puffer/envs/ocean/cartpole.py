@@ -1,5 +1,5 @@
 """CartPole with gymnasium's CartPole-v1 dynamics (Euler, same constants, same thresholds, the
-500-step time limit), for `num_envs` carts at once, one row each."""
+500-step time limit), for `num_rows` carts at once, one row each."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ HIGH = np.array([X_THRESHOLD * 2, np.finfo(np.float32).max, THETA_THRESHOLD * 2,
 
 
 class CartPole(BatchedEnv):
-    def __init__(self, num_envs: int = 1024, max_steps: int = 500, seed: int = 0,
+    def __init__(self, num_rows: int = 1024, max_steps: int = 500, seed: int = 0,
                  buf: Buffers | None = None):
         self.name = "ocean/cartpole"
         self.max_steps = max_steps
         self.single_observation_space = spaces.Box(-HIGH, HIGH, dtype=np.float32)
         self.single_action_space = spaces.Discrete(2)
-        self.state = np.zeros((num_envs, 4))  # float64, as gymnasium keeps it
-        self.init_rows(num_envs, seed)
+        self.state = np.zeros((num_rows, 4))  # float64, as gymnasium keeps it
+        self.init_rows(num_rows, seed)
         self.set_buffers(buf)
 
     def reset(self, seed: int | None = None):

@@ -18,14 +18,14 @@ CORNERS = [(4, 4), (4, 22), (22, 4), (22, 22)]  # top-left corner of each quadra
 
 
 class Squares(BatchedEnv):
-    def __init__(self, num_envs: int = 64, episode_length: int = 8, seed: int = 0,
+    def __init__(self, num_rows: int = 64, episode_length: int = 8, seed: int = 0,
                  buf: Buffers | None = None):
         self.name = "ocean/squares"
         self.episode_length = episode_length
         self.single_observation_space = spaces.Box(0, 255, (1, SIZE, SIZE), np.uint8)
         self.single_action_space = spaces.Discrete(4)
-        self.targets = np.zeros(num_envs, dtype=np.int64)
-        self.init_rows(num_envs, seed)
+        self.targets = np.zeros(num_rows, dtype=np.int64)
+        self.init_rows(num_rows, seed)
         self.set_buffers(buf)
 
     def _draw(self, rows: np.ndarray) -> None:

@@ -63,6 +63,33 @@ def test_masked_policy_never_takes_an_illegal_action_in_rollouts_or_evaluation(r
     vec.close()
 
 
+@pytest.mark.slow
+def test_no_masked_action_is_sampled_in_ten_to_the_five_training_steps():
+    """Counted over 102,400 steps of training (every rollout checked after its update, so the
+    policy sampling them keeps changing): not one action outside its step's mask."""
+    seed_everything(1)
+    vec = puffer.vector.make(doors, num_envs=16, seed=1)
+    policy = build_policy({"_target_": "puffer.models.Default"}, vec.single_observation_space,
+                          vec.single_action_space)
+    counts = {"steps": 0, "masked": 0}
+
+    def count(trainer):
+        r = trainer.rollout
+        masks = vec.driver_env.obs_layout.leaf_views(r.obs.numpy())[0]
+        taken = r.actions.numpy().astype(int)
+        legal = np.take_along_axis(masks, taken[..., None], axis=-1)[..., 0].astype(bool)
+        counts["steps"] += int(r.valid.sum())
+        counts["masked"] += int((~legal & r.valid.numpy()).sum())
+
+    trainer = PPO(TrainConfig(num_steps=256, total_timesteps=102_400, update_epochs=1), vec, policy,
+                  epoch_hooks=[count])
+    trainer.train()
+    vec.close()
+    # valid steps: all but the reset steps after each 20-step episode
+    assert counts["steps"] >= 100_000 * 20 // 21 and counts["masked"] == 0
+    assert trainer.last_metrics["env/episode_length"] == 20.0
+
+
 def test_masked_logits_give_zero_probability_and_a_finite_entropy():
     env = doors()
     policy = build_policy({"_target_": "puffer.models.Default"}, env.single_observation_space,

@@ -3,6 +3,8 @@ loop, the collector, logging and checkpoints without writing them again."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -64,3 +66,23 @@ def test_cosine_schedule_decays_the_learning_rate_to_zero_along_a_half_cosine():
     assert [lr_scale("cosine", p) for p in (0.0, 0.5, 1.0)] == pytest.approx([1.0, 0.5, 0.0])
     assert lr_scale("cosine", 0.25) == pytest.approx(0.8535534)
 
+
+def test_spo_is_a_second_algorithm_in_its_own_file_that_reuses_ppo_and_the_collector(make_cfg, tmp_path):
+    from puffer.spo import SPO
+
+    cfg = make_cfg("train=spo", "train.total_timesteps=4096", "train.num_steps=32", "eval.episodes=2")
+    assert cfg.train._target_ == "puffer.spo.SPO" and cfg.train.learning_rate == 0.001  # CartPole's settings
+    metrics = run(cfg, tmp_path)
+    state = torch.load(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1], weights_only=False)
+    assert state["train_config"]["_target_"] == "puffer.spo.SPO" and "eval/return_mean" in metrics
+    # SPO's penalty: the per-sample objective peaks at ratio 1 + sign(A) * clip_coef, and unlike
+    # PPO's clip its gradient does not vanish beyond it
+    trainer = SPO.__new__(SPO)
+    trainer.clip_coef = 0.2
+    ratio = torch.linspace(0.5, 1.5, 1001, requires_grad=True)
+    for advantage in (1.0, -2.0):
+        loss = trainer.surrogate_loss(ratio, torch.full_like(ratio, advantage))
+        assert ratio[loss.argmin()].item() == pytest.approx(1 + 0.2 * math.copysign(1, advantage), abs=1e-3)
+    loss = trainer.surrogate_loss(ratio, torch.ones_like(ratio)).sum()
+    (grad,) = torch.autograd.grad(loss, ratio)
+    assert grad[ratio.detach() > 1.3].gt(0).all()  # pulled back towards 1.2; PPO's clip gives 0 there

@@ -28,6 +28,7 @@ import gymnasium
 import numpy as np
 
 from puffer.actions import ActionLayout
+from puffer.padding import AgentPadding
 from puffer.spaces import SEQUENCE_LENGTH, ObsLayout, SpaceError
 
 __all__ = [
@@ -232,7 +233,8 @@ def _episode_info(episode_return: float, length: int, info: dict | None = None) 
 
 class _AgentRows(PufferEnv):
     """What both PettingZoo wrappers share: one row per possible agent, all agents of one
-    observation and one action space, episode bookkeeping and the "next step" autoreset.
+    observation and one action space (padded to one, with the agent's index, where their spaces
+    differ: puffer.padding), episode bookkeeping and the "next step" autoreset.
     Subclasses reset their env in `_reset_env` and step it in `step`."""
 
     def __init__(self, env, buf: Buffers | None, seed: int, validate_steps: int, max_sequence_length: int):
@@ -241,16 +243,17 @@ class _AgentRows(PufferEnv):
         self.possible_agents = list(env.possible_agents)
         self.agent_ids = self.possible_agents
         first = self.possible_agents[0]
-        for agent in self.possible_agents[1:]:
-            for kind in ("observation_space", "action_space"):
-                mine, theirs = getattr(env, kind)(agent), getattr(env, kind)(first)
-                if mine != theirs:
-                    raise SpaceError(
-                        f"{self.name}: agent {agent!r} has {kind} {mine}, but agent {first!r} has "
-                        f"{theirs}; puffer batches agents as rows of one shared space"
-                    )
-        self.obs_layout = ObsLayout(env.observation_space(first), max_sequence_length=max_sequence_length)
-        self.action_layout = ActionLayout(env.action_space(first))
+        observation_space, action_space = env.observation_space(first), env.action_space(first)
+        # Agents whose spaces differ share one padded layout with their index in it (puffer.padding)
+        self.padding = None
+        if any(env.observation_space(agent) != observation_space or env.action_space(agent) != action_space
+               for agent in self.possible_agents[1:]):
+            self.padding = AgentPadding(self.name, self.possible_agents,
+                                        {agent: env.observation_space(agent) for agent in self.possible_agents},
+                                        {agent: env.action_space(agent) for agent in self.possible_agents})
+            observation_space, action_space = self.padding.observation_space, self.padding.action_space
+        self.obs_layout = ObsLayout(observation_space, max_sequence_length=max_sequence_length)
+        self.action_layout = ActionLayout(action_space)
         self.single_observation_space = self.obs_layout.flat_space
         self.single_action_space = self.action_layout.flat_space
         self.num_agents = len(self.possible_agents)
@@ -268,6 +271,18 @@ class _AgentRows(PufferEnv):
         if isinstance(returns, dict):  # pickled before the returns were an array by row
             state["_returns"] = np.array([returns[agent] for agent in state["possible_agents"]], np.float64)
         super().__setstate__(state)
+
+    def _write_obs(self, row: int, agent: str, obs, check: bool) -> None:
+        """`agent`'s observation into its row (in the padded layout when the agents' spaces differ)."""
+        if self.padding is not None:
+            obs = self.padding.observation(agent, obs, check)
+        if check:
+            self.obs_layout.check(obs, f"{self.name} agent {agent!r}")
+        self.obs_layout.write(self._obs_views[row], obs)
+
+    def _native_action(self, row: int, agent: str, actions: np.ndarray, check: bool):
+        action = self.action_layout.decode(actions[row], f"{self.name} agent {agent!r}", check)
+        return action if self.padding is None else self.padding.action(agent, action)
 
     def _reset_env(self, seed: int | None) -> None:
         raise NotImplementedError
@@ -330,10 +345,7 @@ class PettingZooPufferEnv(_AgentRows):
         for row, agent in enumerate(self.possible_agents):
             if agent not in observations:
                 continue
-            obs = observations[agent]
-            if self._checked < self.validate_steps:
-                self.obs_layout.check(obs, f"{self.name} agent {agent!r}")
-            self.obs_layout.write(self._obs_views[row], obs)
+            self._write_obs(row, agent, observations[agent], self._checked < self.validate_steps)
             self.masks[row] = True
         self._checked += 1
 
@@ -346,11 +358,8 @@ class PettingZooPufferEnv(_AgentRows):
             return self.outputs([])
         actions = np.asarray(actions).reshape((self.num_agents, *self.single_action_space.shape))
         check = self._checked < self.validate_steps
-        native = {
-            agent: self.action_layout.decode(actions[row], f"{self.name} agent {agent!r}", check)
-            for row, agent in enumerate(self.possible_agents)
-            if agent in self.env.agents
-        }
+        native = {agent: self._native_action(row, agent, actions, check)
+                  for row, agent in enumerate(self.possible_agents) if agent in self.env.agents}
         observations, rewards, terminations, truncations, _ = self.env.step(native)
         self._write_rows(observations)
         for row, agent in enumerate(self.possible_agents):
@@ -386,10 +395,7 @@ class TurnBasedPufferEnv(_AgentRows):
         """Every agent's observation; mask True on the row whose turn it is."""
         check = self._checked < self.validate_steps
         for row, agent in enumerate(self.possible_agents):
-            obs = self.env.observe(agent)
-            if check:
-                self.obs_layout.check(obs, f"{self.name} agent {agent!r}")
-            self.obs_layout.write(self._obs_views[row], obs)
+            self._write_obs(row, agent, self.env.observe(agent), check)
         self.masks[...] = False
         if self.env.agents:
             self.masks[self.possible_agents.index(self.env.agent_selection)] = True
@@ -416,8 +422,7 @@ class TurnBasedPufferEnv(_AgentRows):
         actions = np.asarray(actions).reshape((self.num_agents, *self.single_action_space.shape))
         agent = env.agent_selection
         row = self.possible_agents.index(agent)
-        env.step(self.action_layout.decode(actions[row], f"{self.name} agent {agent!r}",
-                                           self._checked < self.validate_steps))
+        env.step(self._native_action(row, agent, actions, self._checked < self.validate_steps))
         self.rewards[...] = [env.rewards.get(a, 0.0) for a in self.possible_agents]
         over = not env.agents or all(env.terminations.get(a, False) or env.truncations.get(a, False)
                                      for a in env.agents)

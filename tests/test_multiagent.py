@@ -15,7 +15,8 @@ from puffer.config import TrainConfig
 from puffer.emulation import PettingZooPufferEnv
 from puffer.models import Default
 from puffer.ppo import PPO, seed_everything
-from puffer.run import run
+from puffer.run import build_policy, run
+from puffer.spaces import SpaceError
 
 kaz = pytest.importorskip("pettingzoo.butterfly.knights_archers_zombies_v11")
 
@@ -89,6 +90,77 @@ def test_dead_and_absent_agents_are_excluded_from_gae_and_the_loss(monkeypatch):
     (obs,) = seen
     assert len(obs) == int(trainer.rollout.valid.sum())
     assert (obs[:, 1] != 0).all()  # no zero rows of absent agents reached the loss
+
+
+class Unequal(ParallelEnv):
+    """A scout sees 3 numbers and picks one of 2 moves; a tank sees a Discrete cell and 4 numbers
+    and picks one of 4. Each is paid for picking its own last move (1 for the scout, 3 for the
+    tank), so the policy must know whose row it acts for."""
+
+    metadata = {"name": "unequal"}
+    possible_agents = ["scout", "tank"]
+
+    def __init__(self):
+        self._obs = {"scout": spaces.Box(-1, 1, (3,), np.float32),
+                     "tank": spaces.Dict({"cell": spaces.Discrete(3), "x": spaces.Box(-1, 1, (4,), np.float32)})}
+        self._act = {"scout": spaces.Discrete(2), "tank": spaces.Discrete(4)}
+        self.taken = []
+
+    def observation_space(self, agent):
+        return self._obs[agent]
+
+    def action_space(self, agent):
+        return self._act[agent]
+
+    def _observe(self):
+        return {"scout": np.full(3, 0.5, np.float32), "tank": {"cell": 2, "x": np.full(4, -0.5, np.float32)}}
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        self.taken.append(dict(actions))
+        rewards = {"scout": float(actions["scout"] == 1), "tank": float(actions["tank"] == 3)}
+        done = self.t >= 8
+        if done:
+            self.agents = []
+        flags = {a: done for a in self.possible_agents}
+        return self._observe(), rewards, dict(flags), {a: False for a in self.possible_agents}, {}
+
+
+def test_agents_with_different_spaces_share_a_padded_row_with_their_index_and_action_mask():
+    from puffer.emulation import nativize
+
+    env = PettingZooPufferEnv(env=Unequal())
+    native = env.single_observation_space.native
+    assert native["agent"] == spaces.Discrete(2) and native["obs"].shape == (7,)  # the longest: the tank's one-hot cell (3) and x (4)
+    obs, _ = env.reset(0)
+    rows = nativize(obs, env.single_observation_space)
+    assert rows["agent"].tolist() == [0, 1]
+    assert rows["obs"][0].tolist() == [0.5, 0.5, 0.5, 0, 0, 0, 0]  # the scout's 3, zero-padded
+    assert rows["obs"][1].tolist() == [0, 0, 1, -0.5, -0.5, -0.5, -0.5]  # one-hot cell 2, then x
+    assert rows["action_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert env.single_action_space == spaces.Discrete(4)
+    env.step(np.array([1, 3]))
+    assert env.env.taken[-1] == {"scout": 1, "tank": 3}
+    with pytest.raises(SpaceError, match="agent 'scout': action 3 is outside its Discrete\\(2\\)"):
+        env.step(np.array([3, 0]))
+
+
+def test_a_shared_policy_learns_each_agents_own_best_move_from_its_index():
+    seed_everything(0)
+    vec = puffer.vector.make(lambda: PettingZooPufferEnv(env=Unequal()), num_envs=4)
+    policy = build_policy({"_target_": "puffer.models.Default"}, vec.single_observation_space,
+                          vec.single_action_space)
+    trainer = PPO(TrainConfig(num_steps=32, total_timesteps=8192, learning_rate=3e-3), vec, policy)
+    trainer.train()
+    taken = [step for env in vec.envs for step in env.env.taken[-8:]]
+    vec.close()
+    assert all(step["scout"] in (0, 1) for step in taken)  # never a masked move
+    assert np.mean([step["scout"] == 1 for step in taken]) > 0.9
+    assert np.mean([step["tank"] == 3 for step in taken]) > 0.9
 
 
 def test_kaz_passes_pettingzoo_api_test_and_wraps():

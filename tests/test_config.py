@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import shlex
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
@@ -296,3 +298,51 @@ def test_every_shipped_env_config_trains_an_epoch_evaluates_and_saves(make_cfg, 
                            "eval.max_steps=20"), tmp_path)
     assert metrics["train/epoch"] == 1 and (tmp_path / "model.pt").is_file()
     assert "eval/return_mean" in metrics or metrics.get("eval/truncated") == 1
+
+
+# One config per family of the extras in pyproject.toml (which .ci/run installs): what a user of
+# that suite types first.
+FAMILY_CONFIGS = ["classic/cartpole", "toy_text/taxi", "box2d/lunarlander", "mujoco/hopper", "atari/breakout",
+                  "minigrid/doorkey", "pettingzoo/kaz", "pettingzoo/connect_four", "pettingzoo/simple_adversary",
+                  "ocean/herd"]
+
+
+@pytest.mark.parametrize("name", FAMILY_CONFIGS)
+def test_each_family_steps_alike_on_serial_and_multiprocessing_and_trains_from_the_cli(make_cfg, cli, name):
+    """The family's extra is installed; its env, built from the CLI config, steps bit-identically
+    on Serial and Multiprocessing workers for the same seed and actions; and `python -m puffer`
+    trains it a few thousand steps on Multiprocessing workers, evaluates and exits 0."""
+    from puffer.envs.catalog import EXTRAS
+    from puffer.run import make_env_creator, make_vecenv
+
+    family = name.split("/")[0]
+    if family in EXTRAS:
+        importlib.import_module(EXTRAS[family][1])  # installed by .ci/run: a missing one fails
+    observations = {}
+    for backend in ("serial", "multiprocessing"):
+        cfg = make_cfg(f"env={name}", f"vec={backend}", "vec.num_envs=2", "vec.envs_per_batch=null",
+                       *(["vec.num_workers=2"] if backend == "multiprocessing" else []))
+        vec = make_vecenv(cfg, make_env_creator(cfg), seed=3)
+        rng = np.random.default_rng(0)
+        with vec:
+            vec.async_reset(3)
+            seen = [vec.recv().obs.copy()]
+            for _ in range(40):
+                vec.send(actions_for(vec, rng))
+                seen.append(vec.recv().obs.copy())
+        observations[backend] = np.stack(seen)
+    assert np.array_equal(observations["serial"], observations["multiprocessing"])
+    result = cli(f"env={name}", "vec=multiprocessing", "vec.num_envs=2", "vec.num_workers=2",
+                 "vec.envs_per_batch=null", "train.num_steps=64", "train.num_minibatches=2",
+                 "train.total_timesteps=2048", "eval.episodes=1", "eval.max_steps=200", timeout=600)
+    assert "eval/return_mean" in result.stdout + result.stderr
+
+
+def actions_for(vec, rng) -> np.ndarray:
+    """Seeded random actions for every row, valid for the row's action space."""
+    space = vec.single_action_space
+    if isinstance(space, spaces.Discrete):
+        return rng.integers(0, space.n, vec.num_rows)
+    if isinstance(space, spaces.MultiDiscrete):
+        return rng.integers(0, space.nvec, (vec.num_rows, *space.shape))
+    return rng.uniform(space.low, space.high, (vec.num_rows, *space.shape)).astype(space.dtype)

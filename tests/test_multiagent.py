@@ -240,4 +240,4 @@ def test_a_turn_based_game_trains_from_its_config_and_is_evaluated_against_rando
 def test_connect_four_in_self_play_beats_a_random_player(make_cfg, tmp_path):
     # the shipped config (300k steps): 94% of 200 games won at seed 0 (a random player wins half)
     metrics = run(make_cfg("env=pettingzoo/connect_four", "eval.episodes=200"), tmp_path)
-    assert metrics["eval/vs_random_win"] >= 0.85, metrics
+    assert metrics["eval/vs_random_win"] >= 0.90, metrics  # the bar (100 games there)

@@ -346,3 +346,12 @@ def actions_for(vec, rng) -> np.ndarray:
     if isinstance(space, spaces.MultiDiscrete):
         return rng.integers(0, space.nvec, (vec.num_rows, *space.shape))
     return rng.uniform(space.low, space.high, (vec.num_rows, *space.shape)).astype(space.dtype)
+
+
+def test_the_generic_pettingzoo_config_takes_any_module_and_nothing_of_kaz(make_cfg):
+    cfg = make_cfg("env=pettingzoo/parallel", "env.module=mpe2.simple_spread_v3", "+env.kwargs.N=2")
+    assert dict(cfg.env.kwargs) == {"N": 2}  # no max_cycles: 900 from the KAZ config
+    env = make_env_creator(cfg)()
+    assert env.num_agents == 2 and env.name.startswith("simple_spread")
+    with pytest.raises(ConfigError, match="env.module is required"):
+        validate(make_cfg("env=pettingzoo/parallel"))

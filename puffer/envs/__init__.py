@@ -56,7 +56,8 @@ def wrap(env, wrapper, key: str):
         cls = get_class(target)
     except Exception as exc:  # hydra wraps import errors of every kind
         raise ConfigError(f"{key}={target!r}: cannot import it ({exc})") from None
-    return cls(env, **spec)
+    # YAML has no tuples, and gymnasium's wrappers check for them (ResizeObservation's shape)
+    return cls(env, **{name: tuple(value) if isinstance(value, list) else value for name, value in spec.items()})
 
 
 def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,

@@ -234,12 +234,23 @@ def test_minigrid_and_toy_text_configs_build(make_cfg):
     pytest.importorskip("minigrid")
     from puffer.run import make_env_creator
 
-    for name, shape in (("minigrid/doorkey", (7, 7, 3)), ("toy_text/frozenlake", (1,)), ("toy_text/taxi", (1,))):
+    for name, shape in (("toy_text/frozenlake", (1,)), ("toy_text/taxi", (1,))):
         env = make_env_creator(make_cfg(f"env={name}"))()
         try:
             assert env.single_observation_space.shape == shape, name
         finally:
             env.close()
+    # MiniGrid as the env gives it: the grid, the direction and the mission text
+    env = make_env_creator(make_cfg("env=minigrid/doorkey"))()
+    try:
+        native = env.single_observation_space.native
+        assert native["image"].shape == (7, 7, 3) and native["direction"] == spaces.Discrete(4)
+        assert isinstance(native["mission"], spaces.Text)
+    finally:
+        env.close()
+    grid = make_env_creator(make_cfg("env=minigrid/doorkey", "env.wrappers=[minigrid.wrappers.ImgObsWrapper]"))()
+    assert grid.single_observation_space.shape == (7, 7, 3)
+    grid.close()
 
 
 @pytest.mark.parametrize("overrides", [

@@ -105,21 +105,26 @@ def test_a_continuous_action_env_improves_over_random_play(make_cfg, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_pixel_env_in_hwc_layout_learns_with_the_default_command(make_cfg, tmp_path):
-    """MiniGrid DoorKey-5x5 through ImgObsWrapper: 7x7x3 (H, W, C) grids, the shipped config,
-    the default policy (a CNN for the image leaf). The loaded agent then plays 100 new episodes
-    on seeds training never used: it must find the key, open the door and reach the goal in at
-    least 90 of them (a random policy: about 5 of 100)."""
+@pytest.mark.parametrize(("grid_only", "bar"), [(True, 90), (False, 85)],
+                         ids=["hwc-grid", "dict-grid-direction-mission"])
+def test_a_pixel_env_in_hwc_layout_learns_with_the_default_command(make_cfg, tmp_path, grid_only, bar):
+    """MiniGrid DoorKey-5x5 with the shipped config and the default policy: its 7x7x3 (H, W, C)
+    grid alone (ImgObsWrapper), or as the env gives it, a Dict of the grid, the direction and
+    the mission text. The loaded agent then plays 100 new episodes on seeds training never used
+    and must find the key, open the door and reach the goal in at least `bar` of them (a random
+    policy: about 5). Measured at seeds 0, 1, 2: grid 100, 100, 98; Dict 89, 100, 100."""
     pytest.importorskip("minigrid")
-    import puffer
-
-    run(make_cfg("env=minigrid/doorkey", "eval.episodes=0"), tmp_path)
-    agent = puffer.load(tmp_path)
-    env = gym.make("MiniGrid-DoorKey-5x5-v0")
     from minigrid.wrappers import ImgObsWrapper
 
-    env = ImgObsWrapper(env)
-    assert env.observation_space.shape == (7, 7, 3)
+    import puffer
+
+    wrappers = ["env.wrappers=[minigrid.wrappers.ImgObsWrapper]"] if grid_only else []
+    run(make_cfg("env=minigrid/doorkey", "eval.episodes=0", *wrappers), tmp_path)
+    agent = puffer.load(tmp_path)
+    env = gym.make("MiniGrid-DoorKey-5x5-v0")
+    if grid_only:
+        env = ImgObsWrapper(env)
+        assert env.observation_space.shape == (7, 7, 3)
     successes = 0
     for episode in range(100):
         obs, _ = env.reset(seed=10_000 + episode)
@@ -129,7 +134,7 @@ def test_a_pixel_env_in_hwc_layout_learns_with_the_default_command(make_cfg, tmp
             total += float(reward)
             done = terminated or truncated
         successes += total > 0
-    assert successes >= 90, successes
+    assert successes >= bar, successes
 
 
 class CrashesInEvaluation(gym.Env):

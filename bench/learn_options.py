@@ -1,7 +1,7 @@
-"""Trainer options against the default, env by env: does V-trace, prioritized sampling, Muon or
-a cosine schedule learn better at the same env steps?
+"""Trainer options against the default, env by env: does V-trace, prioritized sampling, Muon, a
+cosine schedule or the second algorithm (SPO, `train=spo`) learn better at the same env steps?
 
-    python bench/learn_options.py [--options vtrace prio muon cosine] [--envs cartpole ...]
+    python bench/learn_options.py [--options vtrace prio muon cosine spo] [--envs cartpole ...]
                                   [--seeds 0 1 2] [--out DIR]
 
 Each (env, option, seed) is one `python -m puffer` run of the env's shipped config with the
@@ -46,7 +46,9 @@ OPTIONS = {
     "vtrace": ["train.vtrace=true"],
     "prio": ["train.prioritized=true"],
     "muon": ["train.optimizer=muon"],
-    "cosine": ["train.lr_schedule=cosine"],
+    # annealed along a cosine, also where the env's config keeps the LR constant (zoo settings)
+    "cosine": ["train.anneal_lr=true", "train.lr_schedule=cosine"],
+    "spo": ["train=spo"],  # the second algorithm (puffer.spo), not an option of PPO
 }
 
 

@@ -79,11 +79,11 @@ class PPO(Trainer):
         ratio = torch.ones_like(r.values) if c.vtrace else None  # pi / mu of every stored step
         sums: dict[str, float] = defaultdict(float)
         count = 0
-        minibatches = self.minibatches()
+        epoch_batches = self.minibatches()
         for epoch in range(c.update_epochs):
             if ratio is not None and epoch > 0:
                 self.compute_advantages(ratio)
-            for batch in minibatches():
+            for batch in epoch_batches():
                 stats, batch_ratio = self._minibatch_step(batch)
                 if ratio is not None:
                     ratio.view(-1)[batch.where] = batch_ratio

@@ -96,6 +96,37 @@ def _import_ray():
     return ray
 
 
+def ray_processes() -> list:
+    """The processes of the local Ray this process started (its descendants that run Ray)."""
+    import psutil
+
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            command = " ".join(process.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if "/ray/" in command or command.startswith("ray::") or process.name() in ("raylet", "gcs_server"):
+            found.append(process)
+    return found
+
+
+def reap(processes: list, timeout: float = 3.0) -> None:
+    """Kill what is left of `processes` after `timeout` seconds. ray.shutdown() after a Ctrl-C
+    inside ray.init (measured here at 2.1 s into the start-up) leaves the dashboard and
+    runtime-env agents running, orphaned: no Ray process may outlive the run."""
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            continue
+    if alive:
+        log.warning("ray.shutdown() left %d Ray process(es) running; killed them", len(alive))
+
+
 def check_reachable(address: str | None, timeout: float = 5.0) -> None:
     """A host:port (or ray://host:port) address must answer a TCP connection within `timeout`:
     ray.init on an address where nothing listens waits for minutes."""
@@ -327,4 +358,6 @@ class Ray(VecEnv):
         for actor in self._actors:
             self._ray.kill(actor)
         if self._started_ray:
+            spawned = ray_processes()
             self._ray.shutdown()
+            reap(spawned)

@@ -71,7 +71,7 @@ class TrainConfig:
     vtrace_c_clip: float = 1.0
     # Prioritized sampling: minibatches drawn with replacement with probability proportional to
     # |advantage|^prio_alpha (samples; whole rows for recurrent policies), the policy loss
-    # weighted by (n p)^-beta, beta annealed from prio_beta0 to 1 (puffer.ppo.PPO._draw).
+    # weighted by (n p)^-beta, beta annealed from prio_beta0 to 1 (puffer.minibatches.Priority).
     prioritized: bool = False
     prio_alpha: float = 0.8
     prio_beta0: float = 0.2

@@ -242,15 +242,15 @@ class _AgentRows(PufferEnv):
         self.name = _env_name(env)
         self.possible_agents = list(env.possible_agents)
         self.agent_ids = self.possible_agents
+        observation_spaces = {agent: env.observation_space(agent) for agent in self.possible_agents}
+        action_spaces = {agent: env.action_space(agent) for agent in self.possible_agents}
         first = self.possible_agents[0]
-        observation_space, action_space = env.observation_space(first), env.action_space(first)
+        observation_space, action_space = observation_spaces[first], action_spaces[first]
         # Agents whose spaces differ share one padded layout with their index in it (puffer.padding)
         self.padding = None
-        if any(env.observation_space(agent) != observation_space or env.action_space(agent) != action_space
-               for agent in self.possible_agents[1:]):
-            self.padding = AgentPadding(self.name, self.possible_agents,
-                                        {agent: env.observation_space(agent) for agent in self.possible_agents},
-                                        {agent: env.action_space(agent) for agent in self.possible_agents})
+        if any(observation_spaces[agent] != observation_space or action_spaces[agent] != action_space
+               for agent in self.possible_agents):
+            self.padding = AgentPadding(self.name, self.possible_agents, observation_spaces, action_spaces)
             observation_space, action_space = self.padding.observation_space, self.padding.action_space
         self.obs_layout = ObsLayout(observation_space, max_sequence_length=max_sequence_length)
         self.action_layout = ActionLayout(action_space)

@@ -103,10 +103,10 @@ def ray_processes() -> list:
     found = []
     for process in psutil.Process().children(recursive=True):
         try:
-            command = " ".join(process.cmdline())
+            command, name = " ".join(process.cmdline()), process.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if "/ray/" in command or command.startswith("ray::") or process.name() in ("raylet", "gcs_server"):
+        if "/ray/" in command or command.startswith("ray::") or name in ("raylet", "gcs_server"):
             found.append(process)
     return found
 

@@ -241,6 +241,9 @@ class DefaultPolicyConfig:
     activation: str = "tanh"
     # The initial log standard deviation of a Gaussian action head (continuous actions).
     log_std_init: float = 0.0
+    # false: PyTorch's default initialization of every layer (SB3's ortho_init=False) instead of
+    # orthogonal weights with a small-init action head.
+    ortho_init: bool = True
     # lstm: wrap the policy in puffer.models.LSTMWrapper; null: feed-forward.
     rnn: str | None = None
     # Standardize the float leaves of observations with running statistics kept in the policy

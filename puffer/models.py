@@ -32,6 +32,14 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -
     return layer
 
 
+def default_init(module: nn.Module) -> None:
+    """PyTorch's own initialization for every linear, convolution and embedding layer inside
+    `module` (undoing layer_init)."""
+    for layer in module.modules():
+        if isinstance(layer, (nn.Linear, nn.Conv2d, nn.Embedding)):
+            layer.reset_parameters()
+
+
 def mlp(in_dim: int, hidden: int, layers: int, activation: str) -> nn.Sequential:
     if activation not in ACTIVATIONS:
         raise ValueError(f"policy.activation={activation!r}: expected one of {sorted(ACTIVATIONS)}")
@@ -285,17 +293,23 @@ class ActionHead(nn.Module):
 
 class Default(nn.Module):
     """Separate actor and critic MLPs over the encoded observation (CleanRL's agent, extended to
-    structured observations and every emulated action space)."""
+    structured observations and every emulated action space).
+
+    `ortho_init=False` gives every layer PyTorch's default initialization instead of orthogonal
+    weights with small action and value heads (SB3's `ortho_init=False`, which the zoo's MuJoCo
+    settings use: the action means start spread rather than all near 0)."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  hidden_size: int = 64, num_layers: int = 2, activation: str = "tanh",
-                 log_std_init: float = 0.0):
+                 log_std_init: float = 0.0, ortho_init: bool = True):
         super().__init__()
         self.encoder = ObsEncoder(observation_space)
         self.actor = mlp(self.encoder.out_dim, hidden_size, num_layers, activation)
         self.critic = mlp(self.encoder.out_dim, hidden_size, num_layers, activation)
         self.action_head = ActionHead(action_space, hidden_size, log_std_init)
         self.value_head = layer_init(nn.Linear(hidden_size, 1), std=1.0)
+        if not ortho_init:
+            default_init(self)
 
         self.hidden_out = 2 * hidden_size  # encode(): actor and critic features side by side
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from puffer.models import ActionDist, NatureCNN
+from puffer.models import ActionDist, Default, NatureCNN
 
 
 @pytest.mark.parametrize("space", [spaces.Discrete(4), spaces.MultiDiscrete([3, 5])])
@@ -25,6 +25,30 @@ def test_sampled_discrete_actions_follow_the_softmax_and_score_as_in_training(sp
         frequency = torch.bincount(columns[:, column], minlength=len(chunk)) / len(action)
         # 100k draws: a frequency's standard error is at most 0.0016
         torch.testing.assert_close(frequency, chunk.softmax(-1), rtol=0, atol=0.008)
+
+
+def test_ortho_init_false_leaves_pytorchs_own_initialization_and_spreads_the_first_actions():
+    observation, action = spaces.Box(-1, 1, (11,)), spaces.Box(-1, 1, (3,))
+    torch.manual_seed(0)
+    ortho = Default(observation, action, hidden_size=256, activation="relu")
+    torch.manual_seed(0)
+    plain = Default(observation, action, hidden_size=256, activation="relu", ortho_init=False)
+    hidden = ortho.actor[2].weight  # 256x256: orthogonal with gain sqrt(2)
+    torch.testing.assert_close(hidden @ hidden.T, 2 * torch.eye(256), rtol=0, atol=1e-4)
+    for name, layer in plain.named_modules():
+        if isinstance(layer, torch.nn.Linear):  # kaiming-uniform weights within 1 / sqrt(fan_in)
+            bound = 1 / np.sqrt(layer.in_features)
+            assert layer.weight.abs().max() <= bound, name
+            assert layer.weight.abs().max() > 0.9 * bound, name
+            assert layer.bias.abs().max() > 0, name  # biases drawn too, not zeroed
+    assert (plain.actor[2].weight @ plain.actor[2].weight.T - 2 * torch.eye(256)).abs().max() > 0.5
+    obs = torch.randn(4096, 11)
+    with torch.no_grad():
+        (ortho_mean, _), _ = ortho(obs)
+        (plain_mean, _), _ = plain(obs)
+    # the small-init head starts every action near 0; PyTorch's init spreads them 10x wider
+    assert plain_mean.std() > 10 * ortho_mean.std()
+    assert torch.equal(plain.action_head.log_std, ortho.action_head.log_std)  # log_std_init kept
 
 
 def test_nature_cnn_layouts_agree_and_leave_the_input_alone():

@@ -102,6 +102,7 @@ class Collector:
         self._prev_done = np.zeros(N, dtype=bool)  # did each row's last step end an episode?
         self._before_done = np.zeros(N, dtype=bool)  # ... and the step before (recurrent resets)
         self._awaiting = np.zeros(N, dtype=bool)  # an action was sent, its result not yet stored
+        self._acted_valid = np.zeros(N, dtype=bool)  # ... and was the step it acted on valid?
         self._ptr = np.zeros(N, dtype=np.int64)  # actions stored this rollout, per row
         # Groups of rows received but not yet sent an action (all of them between rollouts):
         # (rows, observations, masks). None until the first reset.
@@ -172,7 +173,8 @@ class Collector:
         index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
         with prof.copy:
             r.obs[t, index] = torch.from_numpy(obs).to(self.device, non_blocking=True)
-            r.valid[t, index] = torch.from_numpy(masks & ~self._prev_done[rows]).to(self.device)
+            self._acted_valid[rows] = valid = masks & ~self._prev_done[rows]
+            r.valid[t, index] = torch.from_numpy(valid).to(self.device)
         with prof.forward:
             with self.autocast():
                 if self.recurrent:
@@ -220,13 +222,11 @@ class Collector:
         t = int(self._ptr[rows].min()) - 1
         index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
         done = terminals | truncations
-        rewards_t = torch.from_numpy(rewards).to(self.device)
-        dones_t = torch.from_numpy(done).to(self.device, torch.float32)
         if self.reward_scaler is not None:
-            rewards_t = self.reward_scaler(index, rewards_t, dones_t, r.valid[t, index])
-        r.rewards[t, index] = rewards_t
+            rewards = self.reward_scaler(rows, rewards, done, self._acted_valid[rows])
+        r.rewards[t, index] = torch.from_numpy(rewards).to(self.device)
         r.terminals[t, index] = torch.from_numpy(terminals).to(self.device, torch.float32)
-        r.dones[t, index] = dones_t
+        r.dones[t, index] = torch.from_numpy(done).to(self.device, torch.float32)
         self._before_done[rows] = self._prev_done[rows]
         self._prev_done[rows] = done
         self._awaiting[rows] = False
@@ -242,6 +242,7 @@ class Collector:
             ended = torch.nonzero(r.dones[: max(end - 1, 0), row]).flatten()
             start = int(ended[-1]) + 1 if len(ended) else 0
             r.valid[start:end, row] = False
+            self._acted_valid[row] = False  # the failed step's reward stays out of the statistics
         log.warning("envs %s lost their episode to a worker restart; its steps in this rollout are "
                     "left out", env_ids)
 

@@ -110,7 +110,7 @@ class Trainer:
         self.num_epochs = math.ceil(config.total_timesteps / self.steps_per_epoch)
         self.rollout = Rollout(T, N, vecenv.single_observation_space, vecenv.action_shape,
                                vecenv.action_dtype, self.device, policy)
-        reward_scaler = (RewardScaler(N, config.gamma, config.reward_clip, self.device)
+        reward_scaler = (RewardScaler(N, config.gamma, config.reward_clip)
                          if config.norm_reward else None)
         self.collector = Collector(vecenv, self.policy, self.rollout, seed=seed, forward=self.forward,
                                    profiler=self.profiler, autocast=self.autocast,

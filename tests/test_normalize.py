@@ -81,17 +81,16 @@ def test_reward_scaler_divides_by_the_std_of_discounted_returns_of_valid_steps()
     rewards = rng.normal(1.0, 3.0, (steps, rows))
     dones = rng.random((steps, rows)) < 0.1
     valid = rng.random((steps, rows)) < 0.8
-    scaler = RewardScaler(rows, gamma, clip=100.0, device=torch.device("cpu"))
+    scaler = RewardScaler(rows, gamma, clip=100.0)
     returns, seen = np.zeros(rows), []
     for t in range(steps):
-        scaled = scaler(slice(0, rows), torch.from_numpy(rewards[t]), torch.from_numpy(dones[t]).float(),
-                        torch.from_numpy(valid[t]))
+        scaled = scaler(slice(0, rows), rewards[t].astype(np.float32), dones[t], valid[t])
         returns = returns * gamma + rewards[t]
         seen.extend(returns[valid[t]])
         returns[dones[t]] = 0.0
         var = np.var(seen) if seen else 1.0  # before any valid step: unit variance
         expected = np.clip(rewards[t] / np.sqrt(var + EPSILON), -100.0, 100.0)
-        np.testing.assert_allclose(scaled.numpy(), expected, rtol=1e-5)
+        np.testing.assert_allclose(scaled, expected, rtol=1e-5)
     assert scaler.return_rms.count.item() == valid.sum()
 
 

@@ -2,14 +2,17 @@
 Stable-Baselines3 with rl-baselines3-zoo's settings, trained side by side on this machine.
 
     python bench/learn_suite.py [--envs acrobot pendulum ...] [--seeds 0 1 2] [--steps N]
-                                [--reference sb3|none] [--out DIR] [puffer overrides ...]
+                                [--reference sb3|none] [--jobs N] [--out DIR] [puffer overrides ...]
 
 Each (env, seed) is one `python -m puffer env=<config> seed=<seed>` run evaluated with the
 standard protocol (deterministic policy, 10 episodes on seeds apart from training's) and, with
 `--reference sb3` (needs `pip install stable-baselines3`), one SB3 PPO run with the zoo's
 hyper-parameters for that env (VecNormalize where the zoo normalizes, frozen for evaluation), the
-same steps and the same evaluation protocol. puffer and SB3 runs alternate, so a busy machine slows
-both alike. Both get one torch thread (the thread policy's pick for these MLPs).
+same steps and the same evaluation protocol. puffer and SB3 runs alternate (with `--jobs 2`, a
+puffer run and an SB3 run go side by side), so a busy machine slows both alike. Both get one
+torch thread (the thread policy's pick for these MLPs). Each run's result is kept in --out
+(default outputs/learn_suite), so a second call with more seeds or the reference only runs what
+is missing; a change of puffer's overrides is a different run.
 
 Prints per env: the mean evaluation return over seeds with its Student's t 95% interval for
 puffer and SB3, the zoo's published figure (benchmark.md: mean +- std over its evaluation
@@ -21,13 +24,14 @@ the zoo's budget for each env; --steps overrides them all.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +105,22 @@ def run_sb3(config: str, seed: int, steps: int) -> tuple[float, float]:
     return float(result.stdout.strip().splitlines()[-1]), wall
 
 
+def result(out: Path, kind: str, config: str, seed: int, steps: int, overrides=()) -> dict:
+    """One run's {return, wall}: read from `out` when it holds it, else made now."""
+    tag = f"-{hashlib.sha1(' '.join(overrides).encode()).hexdigest()[:8]}" if overrides else ""
+    path = out / f"{kind}-{config.replace('/', '-')}-{seed}-{steps}{tag}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    if kind == "puffer":
+        value, wall = run_puffer(config, seed, steps, out / f"puffer{tag}", overrides)
+    else:
+        value, wall = run_sb3(config, seed, steps)
+    record = {"return": value, "wall": wall, "overrides": list(overrides)}
+    path.write_text(json.dumps(record))
+    logging.info("%-6s %s seed %d: %.1f in %.0f s", kind, config, seed, value, wall)
+    return record
+
+
 def sb3_job(config: str, seed: int, steps: int) -> None:
     """Train SB3 PPO with the zoo's settings, evaluate like puffer does, print the mean return."""
     import gymnasium as gym
@@ -148,26 +168,28 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=None, help="override every env's budget")
     parser.add_argument("--reference", choices=["sb3", "none"], default="sb3")
-    parser.add_argument("--out", default=None, help="where the runs go (default: a temporary dir)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (2: puffer beside SB3)")
+    parser.add_argument("--out", default="outputs/learn_suite", help="where the runs and results go")
     parser.add_argument("overrides", nargs="*", help="extra overrides for puffer's runs (e.g. train.optimizer=muon)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = Path(args.out or tempfile.mkdtemp(prefix="learn_suite-"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kinds = ["puffer", "sb3"] if args.reference == "sb3" else ["puffer"]
+    steps_of = {config: args.steps or SUITE[config][3] for config in args.envs}
+    runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {run: pool.submit(result, out, run[0], run[1], run[2], steps_of[run[1]],
+                                    args.overrides if run[0] == "puffer" else ())
+                   for run in runs}
+        records = {run: future.result() for run, future in futures.items()}
     rows = []
     for config in args.envs:
-        name, _, _, budget, _ = SUITE[config]
-        steps = args.steps or budget
-        ours, theirs, our_wall, their_wall = [], [], 0.0, 0.0
-        for seed in args.seeds:
-            value, wall = run_puffer(config, seed, steps, out, args.overrides)
-            ours.append(value)
-            our_wall += wall
-            logging.info("puffer %s seed %d: %.1f in %.0f s", config, seed, value, wall)
-            if args.reference == "sb3":
-                value, wall = run_sb3(config, seed, steps)
-                theirs.append(value)
-                their_wall += wall
-                logging.info("sb3    %s seed %d: %.1f in %.0f s", config, seed, value, wall)
+        name, steps = SUITE[config][0], steps_of[config]
+        ours = [records["puffer", config, seed]["return"] for seed in args.seeds]
+        our_wall = sum(records["puffer", config, seed]["wall"] for seed in args.seeds)
+        theirs = [records["sb3", config, seed]["return"] for seed in args.seeds] if "sb3" in kinds else []
+        their_wall = sum(records["sb3", config, seed]["wall"] for seed in args.seeds) if theirs else 0.0
         reference = lookup(name)
         published = f"{reference.reference:.1f} +- {ZOO_STD[name]:.1f} ({reference.steps // 1000}k)"
         verdict = "ok" if np.mean(ours) >= reference.reference - ZOO_STD[name] else "BELOW"

@@ -1,9 +1,13 @@
-"""Helpers shared by the benchmark scripts: timing loops and table printing."""
+"""Helpers shared by the benchmark scripts: timing loops, table printing, comparing seeds."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+import numpy as np
+
+from puffer.stats import t_interval
 
 
 def rate(step: Callable[[], int], seconds: float) -> float:
@@ -17,6 +21,18 @@ def rate(step: Callable[[], int], seconds: float) -> float:
 def best_of(rounds: int, measure: Callable[[], float]) -> float:
     """The best of several measurements: the least disturbed by the rest of the machine."""
     return max(measure() for _ in range(rounds))
+
+
+def compare(ours: list[float], theirs: list[float]) -> str:
+    """better / worse where the two Student's t 95% intervals over seeds do not overlap, else
+    same."""
+    low, high = np.mean(ours) - t_interval(ours), np.mean(ours) + t_interval(ours)
+    their_low, their_high = np.mean(theirs) - t_interval(theirs), np.mean(theirs) + t_interval(theirs)
+    if low > their_high:
+        return "better"
+    if high < their_low:
+        return "worse"
+    return "same"
 
 
 def print_table(headers: list[str], rows: list[list]) -> None:

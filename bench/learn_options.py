@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table  # noqa: E402
+from common import compare, print_table  # noqa: E402
 from learn_suite import run_puffer  # noqa: E402
 
 from puffer.stats import t_interval  # noqa: E402
@@ -65,16 +65,6 @@ def result(out: Path, env: str, option: str, seed: int) -> dict:
     return record
 
 
-def verdict(ours: list[float], default: list[float]) -> str:
-    low, high = np.mean(ours) - t_interval(ours), np.mean(ours) + t_interval(ours)
-    d_low, d_high = np.mean(default) - t_interval(default), np.mean(default) + t_interval(default)
-    if low > d_high:
-        return "better"
-    if high < d_low:
-        return "worse"
-    return "same"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--options", nargs="*", default=[o for o in OPTIONS if o != "default"],
@@ -99,7 +89,7 @@ def main() -> None:
             wall = sum(r["wall"] for r in runs[option])
             rows.append([env, f"{ENVS[env][1] // 1000}k", option, len(returns),
                          f"{np.mean(returns):.1f} +- {t_interval(returns):.1f}", f"{wall:.0f}",
-                         "-" if option == "default" else verdict(returns, default)])
+                         "-" if option == "default" else compare(returns, default)])
     print_table(["env", "steps", "option", "seeds", "return (t 95%)", "wall s (all seeds)",
                  "vs default"], rows)
     print(f"runs in {out}")

@@ -16,8 +16,9 @@ is missing; a change of puffer's overrides is a different run.
 
 Prints per env: the mean evaluation return over seeds with its Student's t 95% interval for
 puffer and SB3, the zoo's published figure (benchmark.md: mean +- std over its evaluation
-episodes, one agent; puffer.references), the verdict (ok: puffer's mean at or above the zoo's
-mean minus its std), and the wall time of each with the ratio SB3 / puffer. The steps default to
+episodes, one agent; puffer.references), vs zoo (ok: puffer's mean at or above the zoo's
+mean minus its std), against SB3 here (better / worse where the t intervals do not overlap,
+else same), and the wall time of each with the ratio SB3 / puffer. The steps default to
 the zoo's budget for each env; --steps overrides them all.
 """
 
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table  # noqa: E402
+from common import compare, print_table  # noqa: E402
 
 from puffer.evaluation import EVAL_SEED_OFFSET  # noqa: E402
 from puffer.references import lookup  # noqa: E402
@@ -194,12 +195,13 @@ def main() -> None:
         published = f"{reference.reference:.1f} +- {ZOO_STD[name]:.1f} ({reference.steps // 1000}k)"
         verdict = "ok" if np.mean(ours) >= reference.reference - ZOO_STD[name] else "BELOW"
         sb3 = f"{np.mean(theirs):.1f} +- {t_interval(theirs):.1f}" if theirs else "-"
+        versus = compare(ours, theirs) if len(theirs) > 1 else "-"
         ratio = f"{their_wall / our_wall:.2f}" if theirs else "-"
         rows.append([name, f"{steps // 1000}k", len(ours), f"{np.mean(ours):.1f} +- {t_interval(ours):.1f}",
-                     sb3, published, verdict, f"{our_wall:.0f}", f"{their_wall:.0f}" if theirs else "-",
+                     sb3, versus, published, verdict, f"{our_wall:.0f}", f"{their_wall:.0f}" if theirs else "-",
                      ratio])
-    print_table(["env", "steps", "seeds", "puffer (t 95%)", "SB3 + zoo here (t 95%)",
-                 "zoo published", "verdict", "puffer wall s", "SB3 wall s", "SB3 / puffer"], rows)
+    print_table(["env", "steps", "seeds", "puffer (t 95%)", "SB3 + zoo here (t 95%)", "vs SB3",
+                 "zoo published", "vs zoo", "puffer wall s", "SB3 wall s", "SB3 / puffer"], rows)
     print(f"runs in {out}")
 
 

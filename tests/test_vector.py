@@ -395,17 +395,23 @@ def hanging_cartpole():
     return GymnasiumPufferEnv(env=HangsInStep(gym.make("CartPole-v1"), hang_at=5))
 
 
+def step_until_worker_error(vec, match: str) -> WorkerError:
+    """Step `vec` (zero actions) until it raises the WorkerError `match` describes; that error."""
+    with pytest.raises(WorkerError, match=match) as info:
+        for _ in range(100):
+            vec.step(np.zeros(vec.num_rows, int))
+    return info.value
+
+
 def test_an_env_stuck_in_step_is_an_error_with_the_workers_stack(children):
     vec = Multiprocessing(hanging_cartpole, num_envs=4, num_workers=2, step_timeout=1.5,
                           step_in_main=False)
     vec.reset(0)
     started = time.monotonic()
-    with pytest.raises(WorkerError, match=r"worker 0 \(envs 0..1, pid \d+\) has been busy with one step") as info:
-        for _ in range(100):
-            vec.step(np.zeros(4, int))
+    error = step_until_worker_error(vec, r"worker 0 \(envs 0..1, pid \d+\) has been busy with one step")
     assert time.monotonic() - started < 10
-    assert "deadlocked_simulator_step" in str(info.value)  # where it is stuck, from faulthandler
-    assert "vec.step_timeout=1.5" in str(info.value)
+    assert "deadlocked_simulator_step" in str(error)  # where it is stuck, from faulthandler
+    assert "vec.step_timeout=1.5" in str(error)
     time.sleep(0.5)
     assert not children()
 
@@ -415,10 +421,7 @@ def test_a_stopped_worker_is_an_error_not_a_hang(children):
     vec.reset(0)
     vec.step(np.zeros(4, int))
     os.kill(vec.processes[1].pid, signal.SIGSTOP)
-    with pytest.raises(WorkerError, match=r"worker 1 .* did not answer a request for its stack "
-                                          r"\(process status: stopped\)"):
-        for _ in range(100):
-            vec.step(np.zeros(4, int))
+    step_until_worker_error(vec, r"worker 1 .* did not answer a request for its stack \(process status: stopped\)")
     time.sleep(0.5)
     assert not children()
 

@@ -211,7 +211,7 @@ class VecEnv:
     def restarts_left(self) -> int:
         return self.restart_budget - self.restarts
 
-    def count_restart(self, worker: int, envs_per_worker: int, failure: str, name: str = "worker") -> bool:
+    def count_restart(self, worker: int, failure: str, name: str = "worker") -> bool:
         """Count a restart of failed `worker` against vec.restart_failed_workers and log it; False
         (nothing counted) when none is left. The backend then restarts it, resets its envs on fresh
         seeds (`restart_seed()`) and returns their step as a truncation with no reward; its env ids
@@ -219,10 +219,10 @@ class VecEnv:
         if self.restarts_left <= 0:
             return False
         self.restarts += 1
-        first, last = worker * envs_per_worker, (worker + 1) * envs_per_worker - 1
+        first, last = worker * self.envs_per_worker, (worker + 1) * self.envs_per_worker - 1
         reason = failure.strip().splitlines()[-1] if failure.strip() else failure
-        log.warning("%s %d (envs %d..%d) failed; restarting it (restart %d; %d more allowed by "
-                    "vec.restart_failed_workers): %s", name, worker, first, last, self.restarts,
+        log.warning("%s failed; restarting it (restart %d; %d more allowed by "
+                    "vec.restart_failed_workers): %s", self.worker_label(worker, name), self.restarts,
                     self.restarts_left, reason)
         self._restarted_envs = [*self._restarted_envs, *range(first, last + 1)]
         return True
@@ -230,6 +230,13 @@ class VecEnv:
     def restart_seed(self) -> int:
         """Seeds for the envs of the k-th restart: seed + num_envs * k never repeats one in use."""
         return self.seed + self.num_envs * self.restarts
+
+    def worker_label(self, worker: int, name: str = "worker", detail: str = "") -> str:
+        """How messages name a worker: "worker 2 (envs 4..5, <detail>)" (backends with workers
+        set envs_per_worker)."""
+        per = self.envs_per_worker
+        extra = f", {detail}" if detail else ""
+        return f"{name} {worker} (envs {worker * per}..{(worker + 1) * per - 1}{extra})"
 
     def after_restarts(self) -> str:
         """For a final failure's message."""

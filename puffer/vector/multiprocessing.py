@@ -269,7 +269,7 @@ class Multiprocessing(VecEnv):
         allows and it failed stepping or resetting (a failed save or load is not repeated). Then
         its step's result is a truncation of each of its envs, and the worker is READY with its
         `done` releases matched. False when it is not restarted (the caller raises)."""
-        if self._command_of[w] not in (STEP, RESET) or not self.count_restart(w, self.envs_per_worker, failure):
+        if self._command_of[w] not in (STEP, RESET) or not self.count_restart(w, failure):
             return False
         per = self.envs_per_worker
         if w in self._processes:
@@ -447,11 +447,8 @@ class Multiprocessing(VecEnv):
                 self._in_flight.discard(w)
                 return
             self.close()
-            per = self.envs_per_worker
-            where = "" if w in self._processes else ", in the main process"
-            raise WorkerError(
-                f"worker {w} (envs {w * per}..{(w + 1) * per - 1}{where}) failed{self.after_restarts()}:\n{message}"
-            )
+            where = "" if w in self._processes else "in the main process"
+            raise WorkerError(f"{self.worker_label(w, detail=where)} failed{self.after_restarts()}:\n{message}")
         self._in_flight.discard(w)
 
     def _message(self, w: int):
@@ -478,10 +475,8 @@ class Multiprocessing(VecEnv):
                     self._prematched.add(w)
                     continue
                 self.close()
-                per = self.envs_per_worker
                 raise WorkerError(
-                    f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) {died}{self.after_restarts()}"
-                )
+                    f"{self.worker_label(w, detail=f'pid {process.pid}')} {died}{self.after_restarts()}")
 
 
     def _check_stuck(self) -> None:
@@ -503,10 +498,9 @@ class Multiprocessing(VecEnv):
             except FileNotFoundError:
                 stack = ""
             status = _status(process.pid)
-            per = self.envs_per_worker
             where = (f"its stack:\n{stack}" if stack else
                      f"it did not answer a request for its stack (process status: {status})")
-            stuck = (f"worker {w} (envs {w * per}..{(w + 1) * per - 1}, pid {process.pid}) has been "
+            stuck = (f"{self.worker_label(w, detail=f'pid {process.pid}')} has been "
                      f"busy with one step for {now - self._sent_at[w]:.0f} s (vec.step_timeout="
                      f"{self.step_timeout:g}); {where}")
             if self._restart(w, stuck):

@@ -199,11 +199,13 @@ class Ray(VecEnv):
     def _restarted(self, w: int, failure: str):
         """A new actor for failed worker w, its envs reset on fresh seeds; its result reads as a
         truncation of each env (see puffer.vector.multiprocessing). None past the budget."""
-        if not self.count_restart(w, self.envs_per_worker, failure, name="ray worker"):
+        if not self.count_restart(w, failure, name="ray worker"):
             return None
         self._ray.kill(self._actors[w])
         self._actors[w] = self._new_actor(w)
         try:
+            # its start and env build are not a step (as at the first start): no step_timeout
+            self._ray.get(self._actors[w].ready.remote())
             result = self._ray.get(self._actors[w].reset.remote(self.restart_seed()), timeout=self.step_timeout)
         except Exception as exc:  # any failure of the new actor is final
             self.close()
@@ -313,14 +315,14 @@ class Ray(VecEnv):
             sent = self._sent_at.get(ref)
             if sent is None or now - sent < self.step_timeout:
                 continue
-            w, per = self._pending[ref], self.envs_per_worker
+            w = self._pending[ref]
             try:
                 asked = self._actors[w].stack.options(concurrency_group="inspect").remote()
                 stack = self._ray.get(asked, timeout=10)
                 where = f"its stack:\n{stack}"
             except Exception as exc:  # the actor may be gone or hung in C: say so, then raise ours
                 where = f"it did not answer a request for its stack ({exc!r})"
-            stuck = (f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) has been busy with one "
+            stuck = (f"{self.worker_label(w, 'ray worker')} has been busy with one "
                      f"step for {now - sent:.0f} s (vec.step_timeout={self.step_timeout:g}); {where}")
             if self.restarts_left > 0:  # killed, its step fails, and _get restarts it
                 log.warning("%s", stuck)
@@ -339,10 +341,9 @@ class Ray(VecEnv):
             result = self._restarted(w, str(exc)) if restart else None
             if result is not None:
                 return result
-            per = self.envs_per_worker
             after = self.after_restarts()
             self.close()
-            raise WorkerError(f"ray worker {w} (envs {w * per}..{(w + 1) * per - 1}) failed{after}:\n{exc}") from exc
+            raise WorkerError(f"{self.worker_label(w, 'ray worker')} failed{after}:\n{exc}") from exc
 
     def _drain(self) -> None:
         while self._pending:

@@ -102,7 +102,6 @@ class Collector:
         self._prev_done = np.zeros(N, dtype=bool)  # did each row's last step end an episode?
         self._before_done = np.zeros(N, dtype=bool)  # ... and the step before (recurrent resets)
         self._awaiting = np.zeros(N, dtype=bool)  # an action was sent, its result not yet stored
-        self._acted_valid = np.zeros(N, dtype=bool)  # ... and was the step it acted on valid?
         self._ptr = np.zeros(N, dtype=np.int64)  # actions stored this rollout, per row
         # Groups of rows received but not yet sent an action (all of them between rollouts):
         # (rows, observations, masks). None until the first reset.
@@ -173,8 +172,7 @@ class Collector:
         index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
         with prof.copy:
             r.obs[t, index] = torch.from_numpy(obs).to(self.device, non_blocking=True)
-            self._acted_valid[rows] = valid = masks & ~self._prev_done[rows]
-            r.valid[t, index] = torch.from_numpy(valid).to(self.device)
+            r.valid[t, index] = torch.from_numpy(masks & ~self._prev_done[rows]).to(self.device)
         with prof.forward:
             with self.autocast():
                 if self.recurrent:
@@ -223,7 +221,8 @@ class Collector:
         index = rows if isinstance(rows, slice) else torch.from_numpy(rows)
         done = terminals | truncations
         if self.reward_scaler is not None:
-            rewards = self.reward_scaler(rows, rewards, done, self._acted_valid[rows])
+            # (the step's validity as stored, after any drop by a worker restart)
+            rewards = self.reward_scaler(rows, rewards, done, r.valid[t, index].cpu().numpy())
         r.rewards[t, index] = torch.from_numpy(rewards).to(self.device)
         r.terminals[t, index] = torch.from_numpy(terminals).to(self.device, torch.float32)
         r.dones[t, index] = torch.from_numpy(done).to(self.device, torch.float32)
@@ -242,7 +241,6 @@ class Collector:
             ended = torch.nonzero(r.dones[: max(end - 1, 0), row]).flatten()
             start = int(ended[-1]) + 1 if len(ended) else 0
             r.valid[start:end, row] = False
-            self._acted_valid[row] = False  # the failed step's reward stays out of the statistics
         log.warning("envs %s lost their episode to a worker restart; its steps in this rollout are "
                     "left out", env_ids)
 

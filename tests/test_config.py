@@ -351,7 +351,6 @@ def test_each_family_steps_alike_on_serial_and_multiprocessing_and_trains_from_t
     assert "eval/return_mean" in result.stdout + result.stderr
 
 
-
 def test_the_generic_pettingzoo_config_takes_any_module_and_nothing_of_kaz(make_cfg):
     cfg = make_cfg("env=pettingzoo/parallel", "env.module=mpe2.simple_spread_v3", "+env.kwargs.N=2")
     assert dict(cfg.env.kwargs) == {"N": 2}  # no max_cycles: 900 from the KAZ config

@@ -20,13 +20,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from puffer import checkpoint  # noqa: E402
 from puffer.loggers.base import read_metrics  # noqa: E402
 
 BREAKOUT = ["env=atari/breakout", "vec.num_envs=4", "train.total_timesteps=2048", "train.num_steps=64",
@@ -41,7 +40,7 @@ RUNS = {
 
 def fingerprint(run_dir: Path) -> str:
     last = sorted((run_dir / "checkpoints").glob("*.pt"))[-1]
-    weights = torch.load(last, weights_only=False)["policy"]
+    weights = checkpoint.read(last)["policy"]
     return hashlib.sha256(b"".join(v.cpu().numpy().tobytes() for v in weights.values())).hexdigest()[:16]
 
 

@@ -25,9 +25,11 @@ def train(*overrides: str, run_dir=None):
     return _train(*overrides, run_dir=run_dir)
 
 
-def load(path, device: str = "cpu"):
-    """The trained agent at `path` (a run directory, model.pt, a checkpoint or `latest`):
-    `agent.act(obs)` takes the env's own observations and returns its actions (puffer.agent)."""
+def load(path, device: str = "cpu", trust_code: bool = False):
+    """The trained agent at `path` (a run directory, an exported agent folder, model.safetensors,
+    a checkpoint or `latest`): `agent.act(obs)` takes the env's own observations and returns its
+    actions (puffer.agent). Loading runs no code from the file; `trust_code=True` reads files
+    that can (pickles of older runs), for files from someone you trust (puffer.trust)."""
     from puffer.agent import load as _load
 
-    return _load(path, device)
+    return _load(path, device, trust_code)

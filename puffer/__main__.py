@@ -27,9 +27,11 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from puffer.config import ConfigError
     from puffer.spaces import SpaceError
     from puffer.trainer import NonFiniteError
+    from puffer.trust import UntrustedFileError
     from puffer.vector.base import EnvError, VecConfigError
 
-    return ConfigError, CheckpointError, SpaceError, NonFiniteError, EnvError, VecConfigError
+    return (ConfigError, CheckpointError, SpaceError, NonFiniteError, EnvError, VecConfigError,
+            UntrustedFileError)
 
 
 # Absolute, so that a console script and an installed wheel find the configs too.

@@ -1,15 +1,17 @@
 """A trained policy for users: load it, give it the env's own observations, get the env's actions.
 
-    agent = puffer.load("outputs/2026-12-04/10-00-00")      # a run dir, model.pt or checkpoint
+    agent = puffer.load("outputs/2026-12-04/10-00-00")      # a run dir, agent folder, model file or checkpoint
     action = agent.act(obs)                                 # one observation, as the env returns it
     actions = agent.act(batch_of_obs, deterministic=False)  # or a batch (leading dimension)
 
 What lives here: `Agent` (flattening native observations, the policy, decoding actions back into
 the native space, a recurrent policy's state) and `load`. What does not: training (puffer.trainer),
-the evaluation protocol (puffer.evaluation, which takes `agent.policy`).
+the evaluation protocol (puffer.evaluation, which takes `agent.policy`), the file format
+(puffer.model_file).
 
-`model.pt` holds the policy's weights (observation normalization statistics included), the run's
-config and the spaces, so loading needs neither the run directory nor, for model.pt, the env.
+`model.safetensors` holds the policy's weights (observation normalization statistics included),
+the run's config and the spaces, so loading needs neither the run directory nor, for a model
+file, the env; and it is data: loading one runs no code from it (puffer.trust).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from puffer import checkpoint
+from puffer import checkpoint, model_file, trust
 from puffer.actions import ActionLayout
 from puffer.models import ActionDist
 from puffer.spaces import ObsLayout, get_path
@@ -37,13 +39,15 @@ class Agent:
 
     def __init__(self, policy: torch.nn.Module, observation_space: spaces.Space,
                  action_space: spaces.Space, native_action_space: spaces.Space | None = None,
-                 config: dict | None = None, device: str | torch.device = "cpu"):
+                 config: dict | None = None, device: str | torch.device = "cpu",
+                 training: dict | None = None):
         self.device = torch.device(device)
         self.policy = policy.to(self.device).eval()
         self.observation_space = observation_space  # flat, as the policy sees it
         self.action_space = action_space  # flat, as the policy samples it
         self.native_action_space = native_action_space or action_space
         self.config = config
+        self.training = training or {}  # what the training was: steps, wall time, command (model_file)
         self.obs_layout = ObsLayout(getattr(observation_space, "native", observation_space))
         self.action_layout = ActionLayout(self.native_action_space)
         self.dist = ActionDist(action_space)
@@ -51,11 +55,12 @@ class Agent:
         self.state = None
 
     @classmethod
-    def from_env(cls, policy: torch.nn.Module, env, config: dict | None = None, device="cpu") -> Agent:
+    def from_env(cls, policy: torch.nn.Module, env, config: dict | None = None, device="cpu",
+                 training: dict | None = None) -> Agent:
         """The agent of `policy` for a puffer env (or a vector env's driver env)."""
         layout = getattr(env, "action_layout", None)
         return cls(policy, env.single_observation_space, env.single_action_space,
-                   layout.space if layout is not None else None, config, device)
+                   layout.space if layout is not None else None, config, device, training)
 
     # -- acting ------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -105,38 +110,53 @@ class Agent:
         return rows, batched
 
     # -- saving ------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "config": self.config,
-                "observation_space": self.observation_space, "action_space": self.action_space,
-                "native_action_space": self.native_action_space}
-
     def save(self, path: str | Path) -> Path:
-        """model.pt: what `load` needs, written atomically."""
-        path = Path(path)
-        checkpoint.save_atomic(self.state_dict(), path)
-        return path
+        """A model file (model.safetensors): what `load` needs, written atomically, data only."""
+        return model_file.save(path, model_file.ModelFile(
+            self.policy.state_dict(), self.config or {}, self.observation_space, self.action_space,
+            self.native_action_space, self.training))
+
+
+LEGACY_MODEL = "model.pt"  # the pickled model file of puffer before model.safetensors
 
 
 def model_path(path: str | Path, key: str = "path") -> Path:
-    """A model.pt or checkpoint file as given; for a run directory its model.pt, else its newest
-    checkpoint; `latest` the newest run under outputs/. `key` names the argument in errors."""
+    """A model file or checkpoint as given; for a run directory or an agent folder its
+    model.safetensors (or an older run's model.pt), else its newest checkpoint; `latest` the
+    newest run under outputs/. `key` names the argument in errors."""
     candidate = Path(path)
-    if candidate.is_dir() and (candidate / "model.pt").is_file():
-        return candidate / "model.pt"
+    if candidate.is_dir():
+        for name in (model_file.NAME, LEGACY_MODEL):
+            if (candidate / name).is_file():
+                return candidate / name
     return checkpoint.resolve(str(path), key=key)
 
 
-def load(path: str | Path, device: str = "cpu") -> Agent:
-    """The agent saved at `path` (a run directory, model.pt, a checkpoint, or `latest`)."""
+def load(path: str | Path, device: str = "cpu", trust_code: bool = False) -> Agent:
+    """The agent saved at `path` (a run directory, an exported agent folder, model.safetensors, a
+    checkpoint, or `latest`). Nothing in the file runs: its config may name only puffer's own
+    policy and env classes, and a pickled file (an older run's model.pt) is refused, unless
+    `trust_code`, for a file from someone you trust."""
     from puffer.run import build_policy, spaces_from_config
 
     file = model_path(path)
-    state = checkpoint.read(file, f"path={str(path)!r}", map_location=device)
-    config = checkpoint.saved_config(state) or {}
-    if "observation_space" in state:
-        spaces_ = state["observation_space"], state["action_space"], state["native_action_space"]
-    else:  # an epoch checkpoint: the spaces come from building the run's env once
+    where = f"path={str(path)!r}"
+    if file.suffix == ".safetensors":
+        saved = model_file.read(file, where, device)
+        config, spaces_, weights, training = (saved.config, (saved.observation_space, saved.action_space,
+                                              saved.native_action_space), saved.state_dict, saved.training)
+    else:
+        state = checkpoint.read(file, where, map_location=device, trust_code=trust_code, envs=False)
+        config, weights = checkpoint.saved_config(state) or {}, state["policy"]
+        training = {"global_step": state.get("global_step"), "epoch": state.get("epoch"),
+                    "wall_seconds": state.get("train_seconds")}
+        training = {key: value for key, value in training.items() if value is not None}
+        spaces_ = None
+        if "observation_space" in state:  # an older run's model.pt (read with trust_code)
+            spaces_ = state["observation_space"], state["action_space"], state["native_action_space"]
+    trust.check_targets(config, f"{where} ({file})", trust_code)
+    if spaces_ is None:  # an epoch checkpoint: the spaces come from building the run's env once
         spaces_ = spaces_from_config(config)
     policy = build_policy(config["policy"], spaces_[0], spaces_[1])
-    policy.load_state_dict(state["policy"])
-    return Agent(policy, *spaces_, config=config, device=device)
+    policy.load_state_dict(weights)
+    return Agent(policy, *spaces_, config=config, device=device, training=training)

@@ -1,25 +1,40 @@
-"""Checkpoints: written atomically, the last K kept, found again by `resume=<path>|latest`.
+"""Checkpoints: signed, written atomically, the last K kept, found again by `resume=<path>|latest`.
 
-What lives here: the file side (atomic writes, pruning, finding and reading the latest, with a
-fallback past an unreadable one), the check that a checkpoint fits the run resuming from it, and
-the process-wide random states. What goes into a checkpoint is the trainer's `state_dict` (puffer.ppo).
+What lives here: the file side (atomic writes, signing, pruning, finding and reading the latest,
+with a fallback past an unreadable or unsigned one), the check that a checkpoint fits the run
+resuming from it, and the process-wide random states. What goes into a checkpoint is the
+trainer's `state_dict` (puffer.trainer); the model file a user shares is puffer.model_file's.
+
+The file: MAGIC, the length of a JSON header, the header (format, the signing key's id, the
+HMAC-SHA256 of the payload under this user's key: puffer.trust), then the payload, `torch.save`'s
+zip. It is read with torch's `weights_only=True` (tensors, numbers, strings, bytes and numpy
+arrays, nothing that runs code); the envs inside it, pickled by their workers, are unpickled only
+when resuming from a checkpoint whose signature verifies, or with `trust_code`.
 """
 
 from __future__ import annotations
 
 import errno
+import io
+import json
 import logging
 import os
 import pickle
 import random
+import struct
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from puffer import trust
+from puffer.trust import OPT_IN, UntrustedFileError
+
 log = logging.getLogger(__name__)
 
 PATTERN = "epoch_*.pt"
+MAGIC = b"PUFFER-SIGNED-CHECKPOINT\n"
+FORMAT = 1
 
 
 class CheckpointError(OSError):
@@ -27,23 +42,33 @@ class CheckpointError(OSError):
 
 
 def save_atomic(obj, path: Path) -> None:
+    """`obj` as a signed checkpoint file at `path` (see the module's docstring), written atomically."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    payload = buffer.getvalue()
+    key = trust.user_key()
+    header = json.dumps({"format": FORMAT, "key_id": trust.key_id(key),
+                         "hmac_sha256": trust.sign(payload, key)}).encode()
+    write_atomic(path, [MAGIC, struct.pack("<Q", len(header)), header, payload])
+
+
+def write_atomic(path: Path, chunks: list[bytes], what: str = "checkpoint") -> None:
     """Write to a temporary file, fsync, then rename: a crash, an interrupt or a full disk never
-    leaves a torn checkpoint (nor its temporary file), and the previous one stays as it was."""
+    leaves a torn file (nor its temporary file), and the previous one stays as it was."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tmp.open("wb") as file:
-            torch.save(obj, file)
+            for chunk in chunks:
+                file.write(chunk)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
-    except (OSError, RuntimeError) as exc:
-        # torch.save reports a failed write as RuntimeError ("unexpected pos ..."): ask the disk
-        # while the partial file still fills it
-        code = getattr(exc, "errno", None) or (errno.ENOSPC if _disk_full(path) else errno.EIO)
+    except OSError as exc:
+        code = exc.errno or (errno.ENOSPC if _disk_full(path) else errno.EIO)
         tmp.unlink(missing_ok=True)
-        reason = "the disk is full" if code == errno.ENOSPC else getattr(exc, "strerror", None) or str(exc)
-        raise CheckpointError(code, f"could not write checkpoint {path}: {reason}") from exc
+        reason = "the disk is full" if code == errno.ENOSPC else exc.strerror or str(exc)
+        raise CheckpointError(code, f"could not write {what} {path}: {reason}") from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -83,35 +108,110 @@ def find_latest(root: str | Path, key: str = "resume") -> Path:
     return found[0]
 
 
-def read(path: Path, key: str = "resume", map_location=None) -> dict:
-    """torch.load, with an error that names the file when it is torn, empty or not a checkpoint."""
+def read(path: str | Path, key: str = "resume", map_location=None, trust_code: bool = False,
+         envs: bool = True) -> dict:
+    """The checkpoint at `path`, with an error that names the file when it is torn, empty or not
+    a checkpoint. `envs`: the caller will unpickle the envs inside it (a resume), so the file must
+    be signed by this user's key, or `trust_code` given; without them (the policy alone, as
+    puffer.load reads it) an unsigned file is read all the same, since nothing in it is
+    unpickled but data."""
+    path = Path(path)
+    where = f"{key}: {path}"
     try:
-        state = torch.load(path, map_location=map_location, weights_only=False)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, ValueError) as exc:
-        raise CheckpointError(errno.EIO, f"{key}: {path} is not a readable checkpoint (truncated, "
-                              f"empty or another kind of file: {exc})") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(exc.errno or errno.EIO, f"{where} cannot be read: {exc.strerror}") from None
+    if data.startswith(MAGIC):
+        header, payload = _split(data, where)
+        signed = trust.verify(payload, str(header.get("hmac_sha256", "")))
+        if envs and not signed and not trust_code:
+            raise UntrustedFileError(
+                f"{where} is not signed by this user's key (signed by key {header.get('key_id')}, "
+                f"yours is {trust.key_id(trust.user_key())}): it was written by another user or "
+                f"machine, or changed since, and resuming unpickles the envs inside it; {OPT_IN}")
+        state = _load_payload(payload, where, map_location, unpickle=signed or trust_code)
+    elif not trust_code:
+        if not data.startswith(b"PK"):  # not torch's zip either
+            raise CheckpointError(errno.EIO, f"{where} is not a readable checkpoint (truncated, empty or "
+                                  "another kind of file)")
+        raise UntrustedFileError(f"{where} is an unsigned checkpoint (written by puffer before it signed "
+                                 f"its checkpoints, or by another program), and reading it unpickles "
+                                 f"whatever it holds; {OPT_IN}")
+    else:
+        state = _load_payload(data, where, map_location, unpickle=True)
     if not isinstance(state, dict) or "policy" not in state:
-        raise CheckpointError(errno.EINVAL, f"{key}: {path} is not a puffer checkpoint")
+        raise CheckpointError(errno.EINVAL, f"{where} is not a puffer checkpoint")
     return state
 
 
+def _split(data: bytes, where: str) -> tuple[dict, bytes]:
+    """A signed file's (header, payload)."""
+    start = len(MAGIC) + 8
+    try:
+        (length,) = struct.unpack("<Q", data[len(MAGIC):start])
+        header = json.loads(data[start:start + length])
+    except (struct.error, ValueError) as exc:
+        raise CheckpointError(errno.EIO, f"{where} is not a readable checkpoint (truncated header: "
+                              f"{exc})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CheckpointError(errno.EINVAL, f"{where} is a checkpoint of another format "
+                              f"({header.get('format') if isinstance(header, dict) else header!r}); "
+                              f"this version of puffer reads format {FORMAT}")
+    return header, data[start + length:]
+
+
+def _load_payload(payload: bytes, where: str, map_location, unpickle: bool) -> dict:
+    """torch.load with weights_only=True; a file this user's key signed (or one trusted with
+    trust_code) that holds more than data is unpickled whole, as it was written."""
+    try:
+        try:
+            with torch.serialization.safe_globals(numpy_globals()):
+                return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            if not unpickle:
+                raise UntrustedFileError(f"{where} holds objects other than tensors and arrays "
+                                         f"({str(exc).splitlines()[0]}), and is not signed by this "
+                                         f"user's key; {OPT_IN}") from None
+            return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=False)
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        if isinstance(exc, UntrustedFileError):
+            raise
+        raise CheckpointError(errno.EIO, f"{where} is not a readable checkpoint (truncated, "
+                              f"empty or another kind of file: {exc})") from None
+
+
+def numpy_globals() -> list:
+    """What numpy arrays and scalars unpickle through: construction from raw data, no code."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy 1.x
+        from numpy.core import multiarray
+    dtypes = [getattr(np.dtypes, name) for name in dir(np.dtypes) if name.endswith("DType")]
+    return [multiarray._reconstruct, multiarray.scalar, np.ndarray, np.dtype, *dtypes]
+
+
 def load(value: str, outputs: str | Path = "outputs", key: str = "resume",
-         map_location=None) -> tuple[Path, dict]:
+         map_location=None, trust_code: bool = False) -> tuple[Path, dict]:
     """(path, state) for `resume=`/`checkpoint=` values as `resolve` reads them. For a run
-    directory or `latest`, an unreadable newest checkpoint is skipped with a warning naming it,
-    for the newest readable one; a file named explicitly must be readable itself."""
+    directory or `latest`, an unreadable or unsigned newest checkpoint is skipped with a warning
+    naming it, for the newest readable, signed one; a file named explicitly must be readable
+    (and signed, unless `trust_code`) itself."""
     path = Path(value)
     if value != "latest" and not path.is_dir():
         path = resolve(value, outputs, key)
-        return path, read(path, f"{key}={value!r}", map_location)
+        if path.suffix == ".safetensors":
+            raise CheckpointError(errno.EINVAL, f"{key}={value!r}: {path} holds a trained policy only (a model "
+                                  "file: for puffer.load, mode=eval and mode=export); resume needs a "
+                                  "training checkpoint: the run directory or its checkpoints/epoch_*.pt")
+        return path, read(path, f"{key}={value!r}", map_location, trust_code)
     root = outputs if value == "latest" else path
     found = candidates(root, single_runs=value == "latest")
     if not found:
         resolve(value, outputs, key)  # raises the not-found error
     for i, candidate in enumerate(found):
         try:
-            return candidate, read(candidate, f"{key}={value!r}", map_location)
-        except CheckpointError as exc:
+            return candidate, read(candidate, f"{key}={value!r}", map_location, trust_code)
+        except (CheckpointError, UntrustedFileError) as exc:
             if i + 1 == len(found):
                 raise
             log.warning("%s; using the previous one, %s", exc, found[i + 1])
@@ -150,7 +250,7 @@ def check_resumable(path: Path, state: dict, cfg) -> None:
     keys that shape its tensors are the ones it was trained with (each difference named)."""
     if "optimizer" not in state:
         raise CheckpointError(
-            errno.EINVAL, f"resume={cfg.resume!r}: {path} holds a trained policy only (model.pt: for puffer.load "
+            errno.EINVAL, f"resume={cfg.resume!r}: {path} holds a trained policy only (an older run's model.pt: for puffer.load "
             "and mode=eval); resume needs a training checkpoint: the run directory or its "
             "checkpoints/epoch_*.pt")
     saved = saved_config(state)

@@ -85,6 +85,10 @@ class RuntimeConfig:
 
     # Checkpoint every N epochs (an epoch = one rollout + one update); 0: only at the end.
     checkpoint_interval: int = 0
+    # And after the first epoch that ends this many minutes after the last checkpoint, so that a
+    # crash or a killed job costs minutes, not the run; 0: off. (A run that fails on an error
+    # saves its last completed epoch in any case.)
+    checkpoint_minutes: float = 10.0
     # How many epoch checkpoints to keep (the newest); 0 keeps all.
     keep_checkpoints: int = 3
     # Torch intra-op threads while learning; 0: the thread policy (puffer.threads) picks what
@@ -290,11 +294,18 @@ class LoggerConfig:
 class ModeConfig:
     """train: train, evaluate, save. profile: a short training, then where the time went.
     eval: evaluate `checkpoint` with the evaluation protocol. benchmark: random-action env
-    throughput (puffer.bench.RLBenchmark)."""
+    throughput (puffer.bench.RLBenchmark). export: `checkpoint`'s agent as a folder to share
+    (puffer.export)."""
 
     name: str = "train"
     # mode=benchmark: seconds per env measured
     seconds: float = 5.0
+    # mode=export: the agent folder to write (model.safetensors, README.md model card,
+    # config.yaml, results.json, replay.mp4 where the env renders); it must be new or empty.
+    dir: str | None = None
+    # mode=export: record replay.mp4 (the first deterministic evaluation episode) where the
+    # env renders to rgb_array and the video extra is installed.
+    video: bool = True
 
 
 @dataclass
@@ -337,8 +348,13 @@ class RunConfig:
     device: str = "auto"
     # A checkpoint file, a run directory (its newest checkpoint) or `latest` (newest under outputs/).
     resume: str | None = None
-    # mode=eval: the checkpoint (or run directory, or `latest`) whose policy is evaluated.
+    # mode=eval and mode=export: the checkpoint, run directory, agent folder or `latest` whose
+    # policy is evaluated or exported.
     checkpoint: str | None = None
+    # Load files that can run code: checkpoints not signed by this user's key (resume unpickles
+    # the envs inside them), pickled model.pt files of older runs, model files whose config names
+    # code outside puffer. Only for files from someone you trust (puffer.trust).
+    trust_code: bool = False
 
 
 def half(n: int) -> int:
@@ -390,7 +406,7 @@ def register() -> None:
 register()
 
 
-MODES = ("train", "profile", "eval", "benchmark")
+MODES = ("train", "profile", "eval", "benchmark", "export")
 BACKENDS = ("serial", "multiprocessing", "ray", "auto")
 LOGGER_BACKENDS = ("wandb", "tensorboard")
 WANDB_MODES = (None, "offline", "online", "disabled")
@@ -433,10 +449,13 @@ def validate(cfg) -> None:
              "auto, gloo or nccl")
     _require(cfg.dist.timeout > 0, "dist.timeout", cfg.dist.timeout, "seconds > 0")
     _require(cfg.logger.init_timeout > 0, "logger.init_timeout", cfg.logger.init_timeout, "seconds > 0")
-    if cfg.mode.name == "eval":
+    if cfg.mode.name in ("eval", "export"):
         _require(cfg.checkpoint is not None, "checkpoint", cfg.checkpoint,
-                 "a checkpoint file, a run directory or `latest` with mode=eval")
-        _require(e.episodes > 0, "eval.episodes", e.episodes, "> 0 with mode=eval")
+                 f"a run directory, agent folder, model or checkpoint file, or `latest` with mode={cfg.mode.name}")
+        _require(e.episodes > 0, "eval.episodes", e.episodes, f"> 0 with mode={cfg.mode.name}")
+    if cfg.mode.name == "export":
+        _require(bool(cfg.mode.dir), "mode.dir", cfg.mode.dir,
+                 "the folder to export the agent to, e.g. mode.dir=agents/cartpole")
     resolve_device(cfg.device)
 
 
@@ -532,6 +551,8 @@ def _check_train(t, v) -> None:
 def _check_runtime(r) -> None:
     _require(r.checkpoint_interval >= 0, "runtime.checkpoint_interval", r.checkpoint_interval,
              "an integer >= 0 (0: only at the end)")
+    _require(math.isfinite(r.checkpoint_minutes) and r.checkpoint_minutes >= 0, "runtime.checkpoint_minutes",
+             r.checkpoint_minutes, "minutes >= 0 (0: off)")
     _require(r.keep_checkpoints >= 0, "runtime.keep_checkpoints", r.keep_checkpoints,
              "an integer >= 0 (0 keeps all)")
     for key in ("torch_threads", "rollout_threads"):

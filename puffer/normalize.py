@@ -7,7 +7,7 @@ the discounted return). What does not: when statistics are updated (puffer.train
 update; puffer.rollout, as rewards arrive), building policies from configs (puffer.run).
 
 Why the observation statistics live in the policy: they are part of what the policy computes.
-Kept as buffers, they travel with its state_dict into checkpoints and model.pt, are restored on
+Kept as buffers, they travel with its state_dict into checkpoints and model.safetensors, are restored on
 resume and are applied, frozen, wherever the policy is called (evaluation, mode=eval, a loaded
 agent). The trainer updates them between epochs only, from the rollout it has just learned from,
 so a rollout is collected and learned from with the same statistics (PPO's ratio starts at 1).

@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import puffer.vector
-from puffer import checkpoint, distributed, profiler
+from puffer import checkpoint, distributed, model_file, profiler
 from puffer.agent import Agent, load, model_path
 from puffer.config import CONF_DIR, ConfigError, algorithm_class, resolve_device, validate
 from puffer.evaluation import evaluate
@@ -155,7 +155,7 @@ class Result:
 def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
     """`python -m puffer <overrides>` from Python, e.g. `puffer.train("env=classic/acrobot",
     "seed=1")`: the same config, checks, run directory (default outputs/<date>/<time>, beside
-    the CLI's) and files; returns a `Result` with the agent loaded from its model.pt."""
+    the CLI's) and files; returns a `Result` with the agent loaded from its model.safetensors."""
     from hydra import compose, initialize_config_dir
 
     from puffer.envs.catalog import check_env_choices
@@ -168,7 +168,7 @@ def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
     run_dir = Path(run_dir or Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))
     with progress_printed():
         metrics = run(cfg, run_dir, overrides=list(overrides))
-    model = run_dir / "model.pt"
+    model = run_dir / model_file.NAME
     return Result(metrics, run_dir, load(model) if model.is_file() else None)
 
 
@@ -198,14 +198,20 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     `overrides`, the command line `cfg` was composed from (under Hydra: its own), lets a resumed
     run take the rest of its config from the checkpoint."""
     validate(cfg)
-    resume, resume_state = checkpoint.load(cfg.resume, map_location="cpu") if cfg.resume else (None, None)
+    overrides = command_line() if overrides is None else overrides
+    resume, resume_state = (checkpoint.load(cfg.resume, map_location="cpu", trust_code=cfg.trust_code)
+                            if cfg.resume else (None, None))
     if resume is not None:
-        cfg = checkpoint.resumed_config(cfg, resume_state, command_line() if overrides is None else overrides)
+        cfg = checkpoint.resumed_config(cfg, resume_state, overrides)
         validate(cfg)
         checkpoint.check_resumable(resume, resume_state, cfg)
     run_dir = prepare_run_dir(cfg, Path(run_dir))
     if cfg.mode.name == "eval":
         return run_eval(cfg, run_dir)
+    if cfg.mode.name == "export":
+        from puffer.export import export
+
+        return export(cfg, run_dir)
     if cfg.mode.name == "benchmark":
         return run_benchmark(cfg, run_dir)
     device = resolve_device(cfg.device)
@@ -255,8 +261,11 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         vecenv.close()
         # The trained policy is saved before evaluating it: an evaluation that fails or never
         # ends must not cost the run (`mode=eval checkpoint=<run dir>` can evaluate it again).
-        logger.log_checkpoint(Agent.from_env(policy, vecenv.driver_env, trainer.full_config)
-                              .save(run_dir / "model.pt"))  # W&B: the final model as an artifact
+        training = {"global_step": trainer.global_step, "epoch": trainer.epoch,
+                    "wall_seconds": round(trainer.train_seconds, 1), "command": command_text(overrides),
+                    "puffer_version": puffer.__version__}
+        logger.log_checkpoint(Agent.from_env(policy, vecenv.driver_env, trainer.full_config, training=training)
+                              .save(run_dir / model_file.NAME))  # W&B: the final model as an artifact
         metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device,
                                         run_dir, logger))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
@@ -288,6 +297,16 @@ def command_line() -> list[str] | None:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
 
 
+def command_text(overrides: list[str] | None) -> str:
+    """The command that trained a run, for its model card: the CLI with its overrides, or the
+    Python call."""
+    import shlex
+
+    if overrides is None:
+        return "a Python script (puffer.run.run with a config it composed)"
+    return " ".join(["python -m puffer", *(shlex.quote(o) for o in overrides)])
+
+
 def overridden(group: str) -> bool:
     """Whether this command line set `group` (e.g. env=... or env.id=...); False outside Hydra."""
     return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.", f"{group}/"))
@@ -296,7 +315,7 @@ def overridden(group: str) -> bool:
 
 def outputs(run_dir: Path) -> list[str]:
     """What a run left in its directory, for the last line it prints."""
-    names = ["model.pt", "metrics.jsonl", "config.yaml", "eval.json", "profile.txt", "trace.json"]
+    names = [model_file.NAME, "metrics.jsonl", "config.yaml", "eval.json", "profile.txt", "trace.json"]
     found = [name for name in names if (run_dir / name).exists()]
     for directory in ("checkpoints", "videos", "wandb"):
         if (run_dir / directory).is_dir():
@@ -308,13 +327,8 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """mode=eval: the evaluation protocol on a saved policy; results in eval.json and metrics."""
     path = model_path(cfg.checkpoint, key="checkpoint")
     device = resolve_device(cfg.device)
-    # The policy as it was trained (its architecture is in the checkpoint's config), on the env
-    # it was trained on unless this command line names another.
-    agent = load(path, device)
-    saved_env = (agent.config or {}).get("env")
-    if saved_env and not overridden("env"):
-        cfg = cfg.copy()
-        cfg.env = OmegaConf.create(saved_env)
+    agent = load_for_evaluation(cfg, path, device)
+    cfg = evaluation_config(cfg, agent)
     logger = make_logger(cfg, run_dir, hydra_job_info())
     try:
         metrics = final_evaluation(cfg, agent.policy, make_env_creator(cfg, evaluation=True), device,
@@ -328,6 +342,29 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
              metrics["eval/stochastic_return_mean"])
     log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
     return metrics
+
+
+def load_for_evaluation(cfg: DictConfig, path: Path, device) -> Agent:
+    """The policy as it was trained (its architecture is in the file's config); refused, before
+    any episode, when the env this command line names has other spaces than it was trained on."""
+    agent = load(path, device, trust_code=cfg.trust_code)
+    if overridden("env"):
+        observation_space, action_space, _ = spaces_from_config(OmegaConf.to_container(cfg, resolve=True))
+        if (observation_space, action_space) != (agent.observation_space, agent.action_space):
+            raise ConfigError(f"checkpoint={cfg.checkpoint!r}: the policy was trained on observations "
+                              f"{agent.observation_space} and actions {agent.action_space}, the env this "
+                              f"command names ({env_name(cfg)}) has {observation_space} and {action_space}; "
+                              "evaluate it on its own env (leave env= out) or on one with the same spaces")
+    return agent
+
+
+def evaluation_config(cfg: DictConfig, agent: Agent) -> DictConfig:
+    """`cfg` with the env the agent was trained on, unless this command line names another."""
+    saved_env = (agent.config or {}).get("env")
+    if saved_env and not overridden("env"):
+        cfg = cfg.copy()
+        cfg.env = OmegaConf.create(saved_env)
+    return cfg
 
 
 def run_benchmark(cfg: DictConfig, run_dir: Path) -> dict[str, float]:

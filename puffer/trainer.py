@@ -11,6 +11,7 @@ building envs and policies from configs (puffer.run).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import math
@@ -117,6 +118,10 @@ class Trainer:
                                    reward_scaler=reward_scaler)
         self.epoch = 0
         self.epoch_end_step = 0  # the global step at the end of the last completed epoch
+        self.train_seconds = 0.0  # wall time spent training, over every resume (the model card's)
+        # The weights and optimizer state of the last completed epoch, taken before each update:
+        # what a run that fails inside an epoch saves (save_failure_checkpoint).
+        self.completed: dict | None = None
         self.last_metrics: dict[str, float] = {}
         # Set from outside (puffer.run's signal handlers): save a checkpoint after this epoch
         # and go on (`save_requested`, SIGUSR1), or save and stop (`stop_requested`, a reason).
@@ -177,22 +182,39 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------------------
     def train(self) -> dict[str, float]:
-        """Run epochs until total_timesteps; log each epoch; checkpoint on schedule and at the end."""
+        """Run epochs until total_timesteps; log each epoch; checkpoint on schedule and at the end.
+        A run that fails (an env raised, a worker died or hung beyond its restarts, a non-finite
+        loss) saves its last completed epoch before the error goes on."""
+        try:
+            return self._train()
+        except (EnvError, NonFiniteError) as exc:
+            path = self.save_failure_checkpoint()
+            if path is not None:
+                log.warning("the run failed in epoch %d (%s); the last completed epoch is saved to %s "
+                            "(resume=%s continues from it, its envs restarted from their seeds)",
+                            self.epoch + 1, type(exc).__name__, path, path)
+            raise
+
+    def _train(self) -> dict[str, float]:
         c = self.runtime
         started_step, started = self.global_step, time.perf_counter()
+        trained_before, last_saved = self.train_seconds, started
         self.profiler.restart()
         while self.epoch < self.num_epochs:
             with threads.using(self.threads.rollout):
                 self.collect_or_stop()
+            self.completed = self.learning_state()
             with self.profiler.learn, threads.using(self.threads.learn):
                 losses = self.update()
                 self.update_obs_stats()
             self.epoch += 1
             self.epoch_end_step = self.global_step
+            self.completed = None
+            now = time.perf_counter()
+            self.train_seconds = trained_before + now - started
             metrics = {**losses, **self._episode_metrics(), **self.profiler.metrics(),
                        **self.threads.metrics()}
-            elapsed = max(time.perf_counter() - started, 1e-9)
-            metrics["perf/sps"] = (self.global_step - started_step) / elapsed
+            metrics["perf/sps"] = (self.global_step - started_step) / max(now - started, 1e-9)
             metrics = distributed.combine_metrics(metrics)  # means over the ranks
             metrics["train/epoch"] = self.epoch
             self.last_metrics.update(metrics)
@@ -204,17 +226,53 @@ class Trainer:
             saved = None
             if c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0:
                 saved = self.save_checkpoint()
+            requested = self.save_requested
+            # a crash costs at most checkpoint_minutes of training, whatever the epoch interval
+            if c.checkpoint_minutes and now - last_saved >= 60 * c.checkpoint_minutes and self.epoch < self.num_epochs:
+                self.save_requested = True
             self.agree_on_requests()
             if (self.save_requested or self.stop_requested) and self.run_dir is not None and saved is None:
                 saved = self.save_checkpoint()
                 if saved is not None:
-                    log.info("checkpoint saved to %s (requested)", saved)
+                    log.info("checkpoint saved to %s (%s)", saved, "requested" if requested or self.stop_requested
+                             else f"runtime.checkpoint_minutes={c.checkpoint_minutes:g}")
+            if saved is not None:
+                last_saved = time.perf_counter()
             self.save_requested = False
             if self.stop_requested and self.epoch < self.num_epochs:
                 raise Stopped(self.stop_requested, saved)
         if self.run_dir is not None and not (c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0):
             self.save_checkpoint()
         return dict(self.last_metrics)
+
+    def learning_state(self) -> dict:
+        """Copies of the weights and optimizer state as they are now (between two epochs)."""
+        return {"policy": {k: v.detach().clone() for k, v in self.policy.state_dict().items()},
+                "optimizer": copy.deepcopy(self.optimizer.state_dict())}
+
+    def save_failure_checkpoint(self) -> Path | None:
+        """After a failure inside epoch N+1: epoch N's weights, optimizer and counters as
+        checkpoints/epoch_N.pt, without the envs (they failed; a resume restarts them from their
+        seeds). An epoch_N.pt that the schedule already wrote (with its envs) is kept instead.
+        None where there is nothing to save (no run directory, no epoch completed) or under
+        torchrun, whose other ranks are not in this save's collectives."""
+        if self.run_dir is None or self.epoch == 0 or self.world.parallel:
+            return None
+        path = self.run_dir / "checkpoints" / f"epoch_{self.epoch:06d}.pt"
+        if path.is_file():
+            return path
+        learned = self.completed or self.learning_state()
+        for name, param in learned["policy"].items():
+            if param.is_floating_point() and not torch.isfinite(param).all():
+                log.warning("not saving epoch %d: %s is not finite", self.epoch, name)
+                return None
+        state = {**learned, "epoch": self.epoch, "global_step": self.epoch_end_step,
+                 "train_seconds": self.train_seconds, "train_config": asdict(self.config),
+                 "config": self.full_config, "seed": self.seed, "threads": self.threads.state_dict(),
+                 "rng": {**checkpoint.rng_state(), "generator": self.generator.get_state()}, "rollout": None}
+        checkpoint.save_atomic(state, path)
+        checkpoint.prune(path.parent, self.runtime.keep_checkpoints)
+        return path
 
     def collect_or_stop(self) -> None:
         """`collect()`; when the envs fail after a stop was requested, the signal reached them
@@ -268,6 +326,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "epoch": self.epoch,
             "global_step": self.global_step,
+            "train_seconds": self.train_seconds,
             "train_config": asdict(self.config),
             "config": self.full_config,
             "seed": self.seed,
@@ -281,6 +340,7 @@ class Trainer:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.global_step = state["epoch"], state["global_step"]
+        self.train_seconds = float(state.get("train_seconds", 0.0))
         if len(state.get("ranks") or [None]) != self.world.world_size:
             # another world size: the epochs that the saved steps make at this one's epoch size
             self.epoch = self.global_step // self.steps_per_epoch

@@ -16,6 +16,11 @@ CONF = ROOT / "conf"
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# The tests' checkpoints are signed with a key of their own (puffer.trust), not the user's.
+if "PUFFER_KEY_FILE" not in os.environ:
+    import tempfile
+
+    os.environ["PUFFER_KEY_FILE"] = os.path.join(tempfile.mkdtemp(prefix="puffer-test-key-"), "signing.key")
 
 
 def wait_for_epochs(proc, run_dir: Path, epochs: int = 3, timeout: float = 120, output=None) -> None:

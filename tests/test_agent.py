@@ -29,9 +29,9 @@ def play(agent, env, seed: int) -> float:
 
 def test_loaded_agent_reaches_the_runs_own_evaluation_return(tmp_path):
     result = puffer.train("train.total_timesteps=8192", "eval.episodes=4", run_dir=tmp_path)
-    assert result.run_dir == tmp_path and (tmp_path / "model.pt").is_file()
-    # a run directory, its model.pt and the last checkpoint (spaces rebuilt from the config) all load
-    for path in (tmp_path, tmp_path / "model.pt", sorted((tmp_path / "checkpoints").glob("*.pt"))[-1]):
+    assert result.run_dir == tmp_path and (tmp_path / "model.safetensors").is_file()
+    # a run directory, its model.safetensors and the last checkpoint (spaces rebuilt from the config) all load
+    for path in (tmp_path, tmp_path / "model.safetensors", sorted((tmp_path / "checkpoints").glob("*.pt"))[-1]):
         agent = puffer.load(path)
         env = gym.make("CartPole-v1")
         # evaluation: 4 eval envs, env i seeded seed + EVAL_SEED_OFFSET + i, one episode each
@@ -88,7 +88,7 @@ def test_agent_acts_on_native_dict_observations_single_or_batched_and_round_trip
     actions = agent.act(batch)
     assert len(actions) == 2 and all(env.action_space.contains(a) for a in actions)
 
-    loaded = puffer.load(agent.save(tmp_path / "model.pt"))
+    loaded = puffer.load(agent.save(tmp_path / "model.safetensors"))
     assert loaded.policy.obs_rms.count.item() > 0  # normalization statistics travel with it
     agent.reset()
     for _ in range(3):  # same actions step after step (the LSTM state advances alike)
@@ -120,7 +120,7 @@ def test_the_python_api_prints_progress_and_where_the_outputs_went(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "SPS" in result.stderr and f"outputs in {tmp_path / 'run'}: model.pt" in result.stderr
+    assert "SPS" in result.stderr and f"outputs in {tmp_path / 'run'}: model.safetensors" in result.stderr
 
 
 def test_an_agent_trained_with_the_mission_text_acts_on_native_minigrid_observations(tmp_path):

@@ -10,6 +10,7 @@ import torch
 
 pytest.importorskip("ale_py")
 
+from puffer import checkpoint
 from puffer.envs.atari import game_id, make, make_env  # noqa: E402
 from puffer.loggers import read_metrics  # noqa: E402
 from puffer.run import make_env_creator, run  # noqa: E402
@@ -137,7 +138,7 @@ def test_a_resumed_atari_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, 
              "train.update_epochs=1", "eval.episodes=0"]
     run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000002.pt"
-    assert torch.load(middle, weights_only=False)["rollout"]["env_state"] is not None  # saved mid-game
+    assert checkpoint.read(middle)["rollout"]["env_state"] is not None  # saved mid-game
     run(make_cfg(*small, f"resume={middle}"), tmp_path / "resumed")
     full = read_metrics(tmp_path / "full" / "metrics.jsonl")[2:]
     resumed = read_metrics(tmp_path / "resumed" / "metrics.jsonl")

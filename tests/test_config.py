@@ -309,7 +309,7 @@ def test_every_shipped_env_config_trains_an_epoch_evaluates_and_saves(make_cfg, 
     metrics = run(make_cfg(f"env={name}", "vec.num_envs=2", "vec.envs_per_batch=null", "train.num_steps=32",
                            "train.num_minibatches=2", "train.total_timesteps=64", "eval.episodes=1",
                            "eval.max_steps=20"), tmp_path)
-    assert metrics["train/epoch"] == 1 and (tmp_path / "model.pt").is_file()
+    assert metrics["train/epoch"] == 1 and (tmp_path / "model.safetensors").is_file()
     assert "eval/return_mean" in metrics or metrics.get("eval/truncated") == 1
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import ROOT, assert_no_marked_process_left, marked_processes, wait_for_epochs
 
+from puffer import checkpoint
 from puffer.loggers import read_metrics
 from puffer.run import run
 
@@ -35,7 +36,7 @@ def torchrun(ranks: int, run_dir: Path, *overrides: str, timeout: float = 300, c
 
 
 def weights(path: Path) -> dict:
-    return torch.load(path, weights_only=False)["policy"]
+    return checkpoint.read(path)["policy"]
 
 
 def same_weights(a: Path, b: Path) -> bool:
@@ -60,7 +61,7 @@ def test_two_ranks_learn_cartpole_at_the_same_total_steps(tmp_path):
     records = [m for m in read_metrics(tmp_path / "run" / "metrics.jsonl") if "train/epoch" in m]
     assert records[-1]["global_step"] >= 100_000  # steps of both ranks together
     # rank 0 alone wrote: one run directory, one checkpoint set, the final model
-    assert (tmp_path / "run" / "model.pt").is_file()
+    assert (tmp_path / "run" / "model.safetensors").is_file()
     assert not list(Path("outputs").glob("**/puffer-rank1-*"))
 
 
@@ -69,7 +70,7 @@ def test_two_ranks_resume_on_two_ranks_bit_for_bit_and_agree_on_their_statistics
              "train.norm_reward=true", "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"]
     torchrun(2, tmp_path / "full", *small)  # 4 epochs of 2 ranks x 8 envs x 64 steps
     checkpoints = tmp_path / "full" / "checkpoints"
-    state = torch.load(checkpoints / "epoch_000002.pt", weights_only=False)
+    state = checkpoint.read(checkpoints / "epoch_000002.pt")
     assert len(state["ranks"]) == 2 and state["global_step"] == 2 * 2 * 8 * 64
     # the ranks' envs are their own (seeds apart), their saved states too
     assert state["ranks"][0]["rng"]["generator"].ne(state["ranks"][1]["rng"]["generator"]).any()
@@ -126,7 +127,7 @@ def test_sigterm_to_one_rank_saves_one_checkpoint_from_rank_0_and_every_rank_exi
     rank_process(marker, 1).send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
     (saved,) = (tmp_path / "checkpoints").glob("epoch_*.pt")
-    state = torch.load(saved, weights_only=False)
+    state = checkpoint.read(saved)
     assert len(state["ranks"]) == 2 and state["global_step"] == state["epoch"] * 2 * 8 * 64
     assert "checkpoint saved" in output and "a signal to another rank" in output, output[-3000:]
     assert_no_marked_process_left(marker)

@@ -34,13 +34,13 @@ def test_the_wheel_installs_and_runs_the_default_job_outside_the_checkout(tmp_pa
     result = subprocess.run([str(bin_dir / "puffer"), "train.total_timesteps=512", "eval.episodes=2",
                              "hydra.run.dir=run"], cwd=work, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (work / "run" / "model.pt").is_file() and (work / "run" / "metrics.jsonl").is_file()
+    assert (work / "run" / "model.safetensors").is_file() and (work / "run" / "metrics.jsonl").is_file()
     # the Python API finds the same packaged configs
     api = subprocess.run([str(bin_dir / "python"), "-c", "import puffer; puffer.train("
                           "'train.total_timesteps=256', 'eval.episodes=0', run_dir='api')"],
                          cwd=work, capture_output=True, text=True, timeout=300)
     assert api.returncode == 0, api.stderr[-3000:]
-    assert (work / "api" / "model.pt").is_file()
+    assert (work / "api" / "model.safetensors").is_file()
     # the sweeps travel too: a suite composes without --config-dir
     sweep = subprocess.run([str(bin_dir / "puffer"), "+suite=classic", "--cfg", "hydra"], cwd=work,
                            capture_output=True, text=True, timeout=120)

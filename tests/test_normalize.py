@@ -9,7 +9,7 @@ import torch
 from gymnasium import spaces
 
 import puffer.vector
-from puffer import checkpoint
+from puffer import checkpoint, model_file
 from puffer.config import ConfigError, TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
 from puffer.evaluation import evaluate
@@ -120,15 +120,15 @@ def test_statistics_are_saved_restored_and_frozen_at_evaluation(make_cfg, tmp_pa
     overrides = ["policy.norm_obs=true", "train.norm_reward=true", "train.total_timesteps=2048",
                  "train.num_steps=64", "eval.episodes=2"]
     run(make_cfg(*overrides), tmp_path)
-    saved = torch.load(tmp_path / "model.pt", weights_only=False)
-    assert saved["policy"]["obs_rms.count"].item() > 0
+    saved = model_file.read(tmp_path / "model.safetensors")
+    assert saved.state_dict["obs_rms.count"].item() > 0
     last = checkpoint.resolve(str(tmp_path))
-    state = torch.load(last, weights_only=False)
+    state = checkpoint.read(last)
     assert state["rollout"]["reward_scaler"]["return_rms"]["count"].item() > 0
-    # model.pt alone rebuilds the same normalizing policy
+    # the model file alone rebuilds the same normalizing policy
     env = cartpole()
-    policy = build_policy(saved["config"]["policy"], env.single_observation_space, env.single_action_space)
-    policy.load_state_dict(saved["policy"])
+    policy = build_policy(saved.config["policy"], env.single_observation_space, env.single_action_space)
+    policy.load_state_dict(saved.state_dict)
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     evaluate(policy, cartpole, episodes=2, seed=0)
     after = policy.state_dict()
@@ -143,8 +143,8 @@ def test_normalized_run_resumes_bit_for_bit(make_cfg, tmp_path, vec):
     run(make_cfg(*small, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"),
         tmp_path / "resumed")
     final = "epoch_000004.pt"
-    full = torch.load(tmp_path / "full" / "checkpoints" / final, weights_only=False)
-    resumed = torch.load(tmp_path / "resumed" / "checkpoints" / final, weights_only=False)
+    full = checkpoint.read(tmp_path / "full" / "checkpoints" / final)
+    resumed = checkpoint.read(tmp_path / "resumed" / "checkpoints" / final)
     for key, value in full["policy"].items():
         assert torch.equal(value, resumed["policy"][key]), key
     assert torch.equal(full["rollout"]["reward_scaler"]["returns"],

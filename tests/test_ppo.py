@@ -12,6 +12,7 @@ import torch
 from gymnasium import spaces
 
 import puffer.vector
+from puffer import checkpoint
 from puffer.config import RuntimeConfig, TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
 from puffer.loggers.base import Logger
@@ -369,7 +370,7 @@ def test_vtrace_and_prioritized_sampling_learn_cartpole_and_resume_bit_for_bit(m
                "train.num_steps=32", "eval.episodes=0", f"policy.rnn={rnn or 'null'}"]
     run(make_cfg(*options, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     run(make_cfg(*options, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"), tmp_path / "resumed")
-    final = [torch.load(tmp_path / d / "checkpoints" / "epoch_000004.pt", weights_only=False)["policy"]
+    final = [checkpoint.read(tmp_path / d / "checkpoints" / "epoch_000004.pt")["policy"]
              for d in ("full", "resumed")]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
     records = [r for r in read_metrics(tmp_path / "full" / "metrics.jsonl") if "train/approx_kl" in r]

@@ -62,7 +62,7 @@ def test_profile_mode_prints_a_breakdown_and_a_verdict_and_writes_a_trace(make_c
     assert (tmp_path / "profile.txt").read_text().count("%") >= 5
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert metrics["global_step"] if "global_step" in metrics else metrics["train/epoch"] == 2
-    assert not (tmp_path / "model.pt").exists()  # a profile run is not a training run
+    assert not (tmp_path / "model.safetensors").exists()  # a profile run is not a training run
 
 
 def test_dashboard_shows_progress_sections_and_losses():

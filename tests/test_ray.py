@@ -12,6 +12,7 @@ import pytest
 
 import puffer.vector
 import puffer.vector.autotune
+from puffer import checkpoint
 from puffer.run import make_vecenv
 from puffer.vector import Multiprocessing, Serial, WorkerError
 from puffer.vector.autotune import autotune, candidates
@@ -150,7 +151,7 @@ def test_a_ray_run_resumes_bit_for_bit(local_ray, make_cfg, tmp_path):
     full, resumed = (read_metrics(tmp_path / d / "metrics.jsonl") for d in ("full", "resumed"))
     losses = ["train/policy_loss", "train/value_loss", "train/approx_kl"]
     assert [[r[k] for k in losses] for r in full[2:]] == [[r[k] for k in losses] for r in resumed]
-    final = [torch.load(tmp_path / d / "checkpoints" / "epoch_000004.pt", weights_only=False)["policy"]
+    final = [checkpoint.read(tmp_path / d / "checkpoints" / "epoch_000004.pt")["policy"]
              for d in ("full", "resumed")]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
 

@@ -33,7 +33,7 @@ SMALL = ["train.total_timesteps=4096", "train.num_steps=64", "eval.episodes=0"]
 
 
 def params(path: Path) -> torch.Tensor:
-    state = torch.load(path, weights_only=False)["policy"]
+    state = checkpoint.read(path)["policy"]
     return torch.cat([v.flatten() for v in state.values()])
 
 
@@ -44,7 +44,7 @@ def test_resumed_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path
     full = read_metrics(tmp_path / "full" / "metrics.jsonl")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000004.pt"
     assert middle.exists()
-    assert torch.load(middle, weights_only=False)["rollout"]["env_state"]["backend"] == vec
+    assert checkpoint.read(middle)["rollout"]["env_state"]["backend"] == vec
 
     run(make_cfg(*SMALL, f"vec={vec}", f"resume={middle}"), tmp_path / "resumed")
     resumed = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
@@ -130,17 +130,16 @@ def test_only_the_last_k_checkpoints_are_kept(make_cfg, tmp_path):
 
 def test_a_full_disk_keeps_the_previous_checkpoint_intact(tmp_path, monkeypatch):
     path = tmp_path / "checkpoints" / "epoch_000001.pt"
-    checkpoint.save_atomic({"good": 1}, path)
+    checkpoint.save_atomic({"policy": "good"}, path)
 
-    def full_disk(obj, file):
-        file.write(b"partial")
+    def full_disk(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(torch, "save", full_disk)
+    monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(CheckpointError, match="could not write checkpoint .*the disk is full"):
-        checkpoint.save_atomic({"bad": 1}, path)
+        checkpoint.save_atomic({"policy": "bad"}, path)
     monkeypatch.undo()
-    assert torch.load(path, weights_only=False) == {"good": 1}
+    assert checkpoint.read(path) == {"policy": "good"}
     assert list(path.parent.iterdir()) == [path]  # no torn temporary file left behind
 
 
@@ -172,7 +171,7 @@ def test_interrupt_saves_a_checkpoint_and_leaves_no_process(tmp_path, sig):
     assert proc.returncode == 130, output
     saved = list((tmp_path / "checkpoints").glob("epoch_*.pt"))
     assert len(saved) == 1
-    state = torch.load(saved[0], weights_only=False)
+    state = checkpoint.read(saved[0])
     assert state["epoch"] >= 3 and state["global_step"] > 0
     time.sleep(0.5)
     assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
@@ -223,7 +222,7 @@ def test_sigterm_to_the_process_group_finishes_the_epoch_saves_and_resumes(make_
     # the workers survive the signal and finish the epoch; a local Ray's own processes may die
     # of it first, and then the last completed epoch is saved as an interrupted checkpoint
     assert "_interrupted" not in saved.name or vec == "ray"
-    state = torch.load(saved, weights_only=False)
+    state = checkpoint.read(saved)
     assert state["global_step"] == state["epoch"] * 64 * 8  # a clean epoch boundary
     if vec == "multiprocessing":  # the workers were alive to save their envs
         assert state["rollout"]["env_state"]["backend"] == vec
@@ -239,9 +238,17 @@ def test_sigterm_to_the_process_group_finishes_the_epoch_saves_and_resumes(make_
         assert resumed["train/epoch"] == state["epoch"] + 2
 
 
-def test_sigusr1_saves_a_checkpoint_and_training_goes_on(tmp_path):
-    proc = start_training(tmp_path, "train.num_steps=64")
-    proc.send_signal(signal.SIGUSR1)
+@pytest.mark.parametrize("to_group", [False, True])
+def test_sigusr1_saves_a_checkpoint_and_training_goes_on(tmp_path, to_group):
+    """To the main process, or with multiprocessing workers to the whole process group (as
+    `kill -USR1 -- -PGID` or a scheduler sends it): the workers ignore it, the run saves."""
+    proc = start_training(tmp_path, "train.num_steps=64", *(["vec=multiprocessing"] if to_group else []))
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    if to_group:
+        assert workers, "expected multiprocessing workers"
+        os.killpg(proc.pid, signal.SIGUSR1)
+    else:
+        proc.send_signal(signal.SIGUSR1)
     checkpoints = tmp_path / "checkpoints"
     deadline = time.monotonic() + 60
     while not list(checkpoints.glob("epoch_*.pt")):
@@ -251,6 +258,10 @@ def test_sigusr1_saves_a_checkpoint_and_training_goes_on(tmp_path):
     time.sleep(1.0)
     assert proc.poll() is None  # still training
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) > epochs
+    assert all(w.is_running() for w in workers)
+    (saved,) = checkpoints.glob("epoch_*.pt")
+    if to_group:  # the workers were alive to save their envs
+        assert checkpoint.read(saved)["rollout"]["env_state"]["backend"] == "multiprocessing"
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "SIGUSR1" in output
@@ -266,7 +277,7 @@ def test_a_second_signal_stops_at_once_into_its_own_interrupted_checkpoint(tmp_p
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
     (saved,) = (tmp_path / "checkpoints").glob("epoch_*_interrupted.pt")
-    state = torch.load(saved, weights_only=False)
+    state = checkpoint.read(saved)
     # the unfinished epoch's steps are not counted: the counter stays on the epoch boundary
     assert state["global_step"] == state["epoch"] * 256 * 8
     assert not list((tmp_path / "checkpoints").glob("*.tmp"))
@@ -296,14 +307,14 @@ def test_a_really_full_disk_is_named_and_leaves_no_torn_file(small_disk):
     checkpoint.save_atomic({"policy": torch.zeros(1000)}, path)
     with pytest.raises(CheckpointError, match="could not write checkpoint .*the disk is full"):
         checkpoint.save_atomic({"policy": torch.zeros(1 << 20)}, path)  # 4 MB on a 1 MB disk
-    assert torch.equal(torch.load(path, weights_only=False)["policy"], torch.zeros(1000))
+    assert torch.equal(checkpoint.read(path)["policy"], torch.zeros(1000))
     assert list(path.parent.iterdir()) == [path]
 
 
 def test_resume_from_model_pt_says_it_holds_a_policy_only(make_cfg, tmp_path):
     run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "eval.episodes=0"), tmp_path / "a")
     with pytest.raises(CheckpointError, match="holds a trained policy only .*checkpoints/epoch_"):
-        run(make_cfg(f"resume={tmp_path / 'a' / 'model.pt'}"), tmp_path / "b")
+        run(make_cfg(f"resume={tmp_path / 'a' / 'model.safetensors'}"), tmp_path / "b")
 
 
 def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(make_cfg, tmp_path, caplog):

@@ -116,16 +116,16 @@ def test_ray_launcher_runs_a_grid_on_a_local_ray(tmp_path):
         metrics = [json.loads(line) for line in (sweep / job / "metrics.jsonl").read_text().splitlines()]
         assert metrics[-1]["global_step"] == 1024 and "eval/return_mean" in metrics[-1]
         assert f"seed: {seed}\n" in (sweep / job / "config.yaml").read_text()
-        assert (sweep / job / "model.pt").stat().st_size > 0
+        assert (sweep / job / "model.safetensors").stat().st_size > 0
 
 
 def test_eval_mode_reproduces_the_end_of_training_evaluation(make_cfg, tmp_path):
     trained = run(make_cfg("train.total_timesteps=4096", "eval.episodes=5"), tmp_path / "train")
-    evaluated = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'train' / 'model.pt'}",
+    evaluated = run(make_cfg("mode=eval", f"checkpoint={tmp_path / 'train' / 'model.safetensors'}",
                              "eval.episodes=5"), tmp_path / "eval")
     assert evaluated["eval/return_mean"] == trained["eval/return_mean"]
     saved = json.loads((tmp_path / "eval" / "eval.json").read_text())
-    assert saved["eval/episodes"] == 5 and saved["checkpoint"].endswith("model.pt")
+    assert saved["eval/episodes"] == 5 and saved["checkpoint"].endswith("model.safetensors")
 
 
 def test_eval_mode_needs_a_checkpoint(make_cfg, tmp_path):

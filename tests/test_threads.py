@@ -16,7 +16,7 @@ from gymnasium import spaces
 
 import puffer.emulation
 import puffer.vector
-from puffer import threads
+from puffer import model_file, threads
 from puffer.config import RuntimeConfig, TrainConfig
 from puffer.loggers.base import read_metrics
 from puffer.machine import MachineUsage
@@ -157,8 +157,8 @@ def test_the_same_seed_gives_the_same_model_on_a_busy_machine(cli, tmp_path):
         for process in busy:
             process.kill()
             process.wait()
-    quiet_model = torch.load(tmp_path / "quiet" / "model.pt", weights_only=False)["policy"]
-    busy_model = torch.load(tmp_path / "busy" / "model.pt", weights_only=False)["policy"]
+    quiet_model = model_file.read(tmp_path / "quiet" / "model.safetensors").state_dict
+    busy_model = model_file.read(tmp_path / "busy" / "model.safetensors").state_dict
     assert quiet_model.keys() == busy_model.keys()
     assert all(torch.equal(quiet_model[k], busy_model[k]) for k in quiet_model)
     last = [r for r in read_metrics(tmp_path / "busy" / "metrics.jsonl") if "perf/cpu_others_pct" in r][-1]

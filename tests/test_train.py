@@ -16,6 +16,7 @@ import torch
 from gymnasium import spaces
 from wandb_records import finished_run_records
 
+from puffer import checkpoint, model_file
 from puffer.evaluation import EVAL_SEED_OFFSET
 from puffer.loggers import read_metrics
 from puffer.run import run
@@ -34,13 +35,13 @@ def test_cli_run_leaves_config_metrics_checkpoint_and_eval(cli, tmp_path):
     assert records[-1]["eval/episodes"] == 3 and records[-1]["eval/return_mean"] > 0
     checkpoints = sorted((run_dir / "checkpoints").glob("*.pt"))
     assert [c.name for c in checkpoints] == ["epoch_000008.pt"]
-    state = torch.load(checkpoints[0], weights_only=False)
+    state = checkpoint.read(checkpoints[0])
     assert state["global_step"] == 2048 and state["epoch"] == 8 and "optimizer" in state
-    assert (run_dir / "model.pt").exists()
+    assert (run_dir / "model.safetensors").exists()
     output = result.stderr + result.stdout
     assert "SPS" in output  # progress lines
     # the last line says where everything went; the log file is named after puffer
-    assert f"outputs in {run_dir}: model.pt, metrics.jsonl, config.yaml, checkpoints/ (1)" in output
+    assert f"outputs in {run_dir}: model.safetensors, metrics.jsonl, config.yaml, checkpoints/ (1)" in output
     assert "eval/return_mean" in (run_dir / "puffer.log").read_text()
 
 
@@ -164,9 +165,9 @@ def test_the_trained_policy_is_saved_before_evaluation_so_a_failing_evaluation_l
     cfg = make_cfg("env=classic/gym", "env.id=puffer_test/CrashesInEvaluation-v0", "train.total_timesteps=512")
     with pytest.raises(Exception, match="fails in evaluation"):
         run(cfg, tmp_path)
-    saved = torch.load(tmp_path / "model.pt", weights_only=False)
-    final = torch.load(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1], weights_only=False)
-    assert all(torch.equal(saved["policy"][k], final["policy"][k]) for k in final["policy"])
+    saved = model_file.read(tmp_path / "model.safetensors")
+    final = checkpoint.read(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1])
+    assert all(torch.equal(saved.state_dict[k], final["policy"][k]) for k in final["policy"])
 
 
 def test_an_evaluation_episode_that_never_ends_is_cut_at_eval_max_steps_and_counted(caplog):

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from puffer import checkpoint
 from puffer.loggers.base import read_metrics
 from puffer.run import run
 from puffer.trainer import Trainer
@@ -37,7 +38,7 @@ def test_train_target_selects_an_algorithm_that_reuses_loop_collector_and_checkp
     # CartPole pays 1 per step: the regression target is 1 on every valid row.
     assert records[-1]["train/value_loss"] < records[0]["train/value_loss"]
     assert records[-1]["train/rows"] > 0 and metrics["env/episode_return"] > 0
-    state = torch.load(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1], weights_only=False)
+    state = checkpoint.read(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1])
     assert state["train_config"]["_target_"] == "test_trainer.MeanReturnRegression"
     assert state["global_step"] == 1024 and "eval/return_mean" in metrics
 
@@ -50,12 +51,12 @@ def test_muon_takes_the_weight_matrices_and_resumes_bit_for_bit(make_cfg, tmp_pa
     small = ["train.optimizer=muon", "train.lr_schedule=cosine", "train.total_timesteps=1024",
              "train.num_steps=32", "eval.episodes=0"]
     run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
-    state = torch.load(tmp_path / "full" / "checkpoints" / "epoch_000002.pt", weights_only=False)
+    state = checkpoint.read(tmp_path / "full" / "checkpoints" / "epoch_000002.pt")
     muon, adam = state["optimizer"]["optimizers"]
     assert len(muon["param_groups"][0]["params"]) == 6  # 3 Linear weights each in actor and critic
     assert len(adam["param_groups"][0]["params"]) > 0  # biases, log_std, heads' biases
     run(make_cfg(*small, f"resume={tmp_path / 'full' / 'checkpoints' / 'epoch_000002.pt'}"), tmp_path / "resumed")
-    final = [torch.load(tmp_path / d / "checkpoints" / "epoch_000004.pt", weights_only=False)["policy"]
+    final = [checkpoint.read(tmp_path / d / "checkpoints" / "epoch_000004.pt")["policy"]
              for d in ("full", "resumed")]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
 
@@ -73,7 +74,7 @@ def test_spo_is_a_second_algorithm_in_its_own_file_that_reuses_ppo_and_the_colle
     cfg = make_cfg("train=spo", "train.total_timesteps=4096", "train.num_steps=32", "eval.episodes=2")
     assert cfg.train._target_ == "puffer.spo.SPO" and cfg.train.learning_rate == 0.001  # CartPole's settings
     metrics = run(cfg, tmp_path)
-    state = torch.load(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1], weights_only=False)
+    state = checkpoint.read(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1])
     assert state["train_config"]["_target_"] == "puffer.spo.SPO" and "eval/return_mean" in metrics
     # SPO's penalty: the per-sample objective peaks at ratio 1 + sign(A) * clip_coef, and unlike
     # PPO's clip its gradient does not vanish beyond it

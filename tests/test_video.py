@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from puffer import checkpoint
 from puffer.config import ConfigError
 from puffer.run import run
 
@@ -45,9 +46,8 @@ def test_an_env_that_cannot_render_is_a_clear_error(make_cfg, tmp_path):
 
 
 def params(path):
-    import torch
 
-    return torch.load(path, weights_only=False)["policy"]
+    return checkpoint.read(path)["policy"]
 
 
 def test_training_videos_every_k_epochs_change_nothing_in_training_and_reach_wandb(make_cfg, tmp_path,

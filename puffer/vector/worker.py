@@ -70,10 +70,11 @@ def alive(pid: int) -> bool:
 
 def worker_loop(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, done, messages,
             parent_pid, agents_per_env, spin_s, stack_dir=None):
-    # Ctrl-C and SIGTERM reach the whole process group (a terminal, SLURM, GNU timeout): the main
-    # process handles them, saves a checkpoint with our envs in it, then closes us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Ctrl-C, SIGTERM and SIGUSR1 reach the whole process group (a terminal, SLURM, GNU timeout,
+    # `kill -USR1 -- -PGID`): the main process handles them, saves a checkpoint with our envs in
+    # it, then goes on or closes us. SIGUSR1's default action would end us.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_IGN)
     # Our parent: the main process, or under forkserver the fork server, which ends with it.
     watched = os.getppid()
     if stack_dir is not None:  # where SIGUSR2 makes us write our stack when we seem stuck

@@ -64,7 +64,7 @@ def cli() -> None:
         return
     from puffer.envs.catalog import check_env_choices
 
-    problem = check_env_choices(sys.argv[1:])
+    problem = check_env_choices(sys.argv[1:]) or unwritable_output_dir(sys.argv[1:])
     if problem is not None:
         sys.stderr.write(problem + "\n")
         sys.exit(2)
@@ -80,6 +80,25 @@ def cli() -> None:
     except KeyboardInterrupt:
         log.warning("interrupted")
         sys.exit(130)
+
+
+def unwritable_output_dir(args: list[str]) -> str | None:
+    """The error for a run (or multirun) directory that cannot be made, before Hydra tries and
+    fails with a traceback: its nearest existing folder is a file, or not writable."""
+    from pathlib import Path
+
+    multirun = "-m" in args or "--multirun" in args
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    value = next((a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")), "outputs")
+    static = value.split("${", 1)[0] or "."  # interpolations (${now:...}) fill in the rest
+    path = Path(static)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if path.is_dir() and os.access(path, os.W_OK | os.X_OK):
+        return None
+    why = "is not a folder" if not path.is_dir() else "is not writable"
+    return (f"{key}={value!r}: {path.resolve()} {why}, so the run's outputs cannot be written there; "
+            f"pass a writable {key}=<folder> (or run from a writable directory)")
 
 
 if __name__ == "__main__":

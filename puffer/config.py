@@ -521,7 +521,16 @@ def _check_vec(v) -> None:
     _require(v.autotune_seconds > 0, "vec.autotune_seconds", v.autotune_seconds, "seconds > 0")
 
 
+# Train keys where infinity means "no limit"; every other number must be finite (an infinite
+# coefficient is otherwise a non-finite loss after the envs have started).
+UNBOUNDED_TRAIN_KEYS = ("clip_coef", "vf_clip_coef", "max_grad_norm", "reward_clip", "target_kl")
+
+
 def _check_train(t, v) -> None:
+    for key, value in t.items():
+        if isinstance(value, float):
+            _require(not math.isnan(value) and (math.isfinite(value) or key in UNBOUNDED_TRAIN_KEYS),
+                     f"train.{key}", value, "a finite number")
     _require(t.total_timesteps > 0, "train.total_timesteps", t.total_timesteps, "an integer > 0")
     _require(t.num_steps >= 1, "train.num_steps", t.num_steps, "an integer >= 1")
     _require(t.learning_rate > 0 and math.isfinite(t.learning_rate), "train.learning_rate",

@@ -36,8 +36,9 @@ from puffer.config import ConfigError, resolve_device
 log = logging.getLogger(__name__)
 
 
-def export(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
-    """Write the agent of `cfg.checkpoint` into `cfg.mode.dir`; returns its evaluation."""
+def export(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, float]:
+    """Write the agent of `cfg.checkpoint` into `cfg.mode.dir`; returns its evaluation (on the
+    env it was trained on, unless the command line, `overrides`, names another)."""
     from puffer.agent import model_path
     from puffer.run import (
         evaluation_config,
@@ -51,8 +52,8 @@ def export(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         raise ConfigError(f"mode.dir={cfg.mode.dir!r}: exists and is not an empty folder; name a new one")
     source = model_path(cfg.checkpoint, key="checkpoint")
     device = resolve_device(cfg.device)
-    agent = load_for_evaluation(cfg, source, device)
-    cfg = evaluation_config(cfg, agent)
+    agent = load_for_evaluation(cfg, source, device, overrides)
+    cfg = evaluation_config(cfg, agent, overrides)
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target) as scratch:
         metrics = final_evaluation(with_video(cfg, cfg.mode.video and can_record(cfg)), agent.policy,

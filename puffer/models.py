@@ -20,7 +20,7 @@ from gymnasium import spaces
 from torch import nn
 
 from puffer.actions import HybridBox
-from puffer.spaces import ObsLayout
+from puffer.spaces import ObsLayout, format_path
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -67,30 +67,39 @@ def nature_convs(chw: tuple[int, ...]) -> tuple[nn.Sequential, int]:
 
 
 def is_image(space: spaces.Space) -> bool:
-    """A uint8 Box of frames large enough for the Nature CNN, channels first or last."""
-    if not (isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8):
+    """Frames large enough for the Nature CNN: a Box of 2 (H, W) or 3 (channels first or last)
+    dims whose values are pixels, uint8 or declared 0-255, and whose spatial sides are 36 or more."""
+    if not (isinstance(space, spaces.Box) and len(space.shape) in (2, 3)):
         return False
-    shape = space.shape
-    spatial = shape[:2] if pixel_layout(tuple(shape)) == "hwc" else shape[1:]
+    pixels = space.dtype == np.uint8 or (np.all(space.low == 0) and np.all(space.high == 255))
+    if not pixels:
+        return False
+    shape = tuple(space.shape)
+    if len(shape) == 2:
+        spatial = shape
+    else:
+        spatial = shape[:2] if pixel_layout(shape) == "hwc" else shape[1:]
     return min(spatial) >= 36
 
 
 class ImageEncoder(nn.Module):
-    """The Nature CNN torso on one image leaf ((C, H, W) or (H, W, C) uint8, scaled by 1/255),
-    then a linear layer to IMAGE_FEATURES (SB3's CombinedExtractor does the same for Dict
-    observations)."""
+    """The Nature CNN torso on one image ((C, H, W), (H, W, C) or (H, W), pixels scaled by
+    1/255), then a linear layer to IMAGE_FEATURES (SB3's CombinedExtractor does the same for
+    Dict observations): a top-level image observation or an image leaf of a structured one."""
 
     def __init__(self, shape: tuple[int, ...]):
         super().__init__()
-        self.hwc = pixel_layout(tuple(shape)) == "hwc"
-        channels = shape[2] if self.hwc else shape[0]
-        chw = (channels, shape[0], shape[1]) if self.hwc else tuple(shape)
+        self.shape = shape = tuple(int(d) for d in shape)
+        self.layout = "hw" if len(shape) == 2 else pixel_layout(shape)
+        chw = {"hw": (1, *shape), "hwc": (shape[-1], *shape[:2]), "chw": shape}[self.layout]
         self.convs, flat = nature_convs(chw)
         self.linear = nn.Sequential(layer_init(nn.Linear(flat, IMAGE_FEATURES)), nn.ReLU())
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        if self.hwc:
+        if self.layout == "hwc":
             frames = frames.permute(0, 3, 1, 2)
+        elif self.layout == "hw":
+            frames = frames.unsqueeze(1)
         return self.linear(self.convs(frames.float() / 255.0))
 
 
@@ -111,18 +120,25 @@ class TextEncoder(nn.Module):
 
 
 class ObsEncoder(nn.Module):
-    """Flat observations -> float features. A Box is flattened; a structured space (the emulated
-    FlatBox remembers it) is unflattened and each leaf encoded: images (uint8 frames of 36x36 or
-    more) by a small CNN each, other Boxes as floats, Discrete and MultiDiscrete as one-hots,
-    MultiBinary as 0/1 floats, Text by a character embedding (TextEncoder); the leaves are
-    concatenated."""
+    """Flat observations -> float features, an encoder chosen from the space at every level: an
+    image (pixel frames of 36x36 or more, `is_image`) by a small CNN, whether it is the whole
+    observation or a leaf of a Dict/Tuple; a structured space (the emulated FlatBox remembers it)
+    is unflattened and each leaf encoded: images by a CNN each, other Boxes as floats, Discrete
+    and MultiDiscrete as one-hots, MultiBinary as 0/1 floats, Text by a character embedding
+    (TextEncoder); the leaves are concatenated. Any other Box is flattened."""
 
     def __init__(self, observation_space: spaces.Space):
         super().__init__()
         native = getattr(observation_space, "native", None)
         self.layout = ObsLayout(native) if native is not None else None
+        self.image = None
         if self.layout is None:
-            self.out_dim = int(np.prod(observation_space.shape))
+            if is_image(observation_space):
+                self.image = ImageEncoder(observation_space.shape)
+                self.out_dim = IMAGE_FEATURES
+            else:
+                self.out_dim = int(np.prod(observation_space.shape))
+            self.leaves = [("obs", "cnn" if self.image is not None else "flat", self.out_dim)]
             return
         self.encoders = []
         self.out_dim = 0
@@ -143,15 +159,23 @@ class ObsEncoder(nn.Module):
                 encode = ("float", [leaf.size], None)
             self.encoders.append(encode)
             self.out_dim += sum(encode[1])
+        self.leaves = [(format_path("obs", leaf.path), kind, sum(sizes))
+                       for leaf, (kind, sizes, _) in zip(self.layout.leaves, self.encoders, strict=True)]
+
+    def describe(self) -> str:
+        """How each leaf is read, for the run's log: e.g. `obs: cnn -> 256`."""
+        return ", ".join(f"{name}: {kind} -> {size}" for name, kind, size in self.leaves)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         batch = obs.shape[0]
         if self.layout is None:
+            if self.image is not None:
+                return self.image(obs)
             return obs.reshape(batch, -1).float()
         parts = []
         for (kind, sizes, starts), value in zip(self.encoders, self.layout.leaf_values(obs), strict=True):
             if kind == "cnn":
-                parts.append(self.cnns[starts](value.reshape(batch, *value.shape[-3:])))
+                parts.append(self.cnns[starts](value.reshape(batch, *self.cnns[starts].shape)))
                 continue
             value = value.reshape(batch, -1)
             if kind == "text":

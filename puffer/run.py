@@ -112,7 +112,23 @@ def spaces_from_config(config: dict) -> tuple:
 
 
 def make_policy(cfg: DictConfig, vecenv) -> torch.nn.Module:
-    return build_policy(cfg.policy, vecenv.single_observation_space, vecenv.single_action_space)
+    policy = build_policy(cfg.policy, vecenv.single_observation_space, vecenv.single_action_space)
+    log.info("policy: %s", describe_policy(policy))
+    return policy
+
+
+def describe_policy(policy: torch.nn.Module) -> str:
+    """The policy's class, how it reads each observation leaf, and its parameter count: e.g.
+    `Default (obs: cnn -> 256), 1,234,567 parameters`."""
+    from puffer.models import ObsEncoder
+
+    parts = ("ObsEncoder", "ImageEncoder", "TextEncoder", "ActionHead")
+    encoders = [m for m in policy.modules() if isinstance(m, ObsEncoder)]
+    layers = dict.fromkeys(type(m).__name__ for m in policy.modules()
+                           if type(m).__module__.startswith("puffer.") and type(m).__name__ not in parts)
+    reading = f" ({encoders[0].describe()})" if encoders else ""
+    count = sum(p.numel() for p in policy.parameters())
+    return f"{' > '.join(layers)}{reading}, {count:,} parameters"
 
 
 def make_logger(cfg: DictConfig, run_dir: Path, job: dict) -> Logger:
@@ -207,11 +223,11 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         checkpoint.check_resumable(resume, resume_state, cfg)
     run_dir = prepare_run_dir(cfg, Path(run_dir))
     if cfg.mode.name == "eval":
-        return run_eval(cfg, run_dir)
+        return run_eval(cfg, run_dir, overrides)
     if cfg.mode.name == "export":
         from puffer.export import export
 
-        return export(cfg, run_dir)
+        return export(cfg, run_dir, overrides)
     if cfg.mode.name == "benchmark":
         return run_benchmark(cfg, run_dir)
     device = resolve_device(cfg.device)
@@ -307,10 +323,9 @@ def command_text(overrides: list[str] | None) -> str:
     return " ".join(["python -m puffer", *(shlex.quote(o) for o in overrides)])
 
 
-def overridden(group: str) -> bool:
-    """Whether this command line set `group` (e.g. env=... or env.id=...); False outside Hydra."""
-    return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.", f"{group}/"))
-               for o in command_line() or [])
+def overridden(group: str, overrides: list[str] | None) -> bool:
+    """Whether the command line (`overrides`) set `group` (e.g. env=... or env.id=...)."""
+    return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.", f"{group}/")) for o in overrides or [])
 
 
 def outputs(run_dir: Path) -> list[str]:
@@ -323,12 +338,13 @@ def outputs(run_dir: Path) -> list[str]:
     return found
 
 
-def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
-    """mode=eval: the evaluation protocol on a saved policy; results in eval.json and metrics."""
+def run_eval(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, float]:
+    """mode=eval: the evaluation protocol on a saved policy; results in eval.json and metrics.
+    `overrides`: the command line, which may name another env than the policy's own."""
     path = model_path(cfg.checkpoint, key="checkpoint")
     device = resolve_device(cfg.device)
-    agent = load_for_evaluation(cfg, path, device)
-    cfg = evaluation_config(cfg, agent)
+    agent = load_for_evaluation(cfg, path, device, overrides)
+    cfg = evaluation_config(cfg, agent, overrides)
     logger = make_logger(cfg, run_dir, hydra_job_info())
     try:
         metrics = final_evaluation(cfg, agent.policy, make_env_creator(cfg, evaluation=True), device,
@@ -344,11 +360,11 @@ def run_eval(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     return metrics
 
 
-def load_for_evaluation(cfg: DictConfig, path: Path, device) -> Agent:
+def load_for_evaluation(cfg: DictConfig, path: Path, device, overrides: list[str] | None) -> Agent:
     """The policy as it was trained (its architecture is in the file's config); refused, before
     any episode, when the env this command line names has other spaces than it was trained on."""
     agent = load(path, device, trust_code=cfg.trust_code)
-    if overridden("env"):
+    if overridden("env", overrides):
         observation_space, action_space, _ = spaces_from_config(OmegaConf.to_container(cfg, resolve=True))
         if (observation_space, action_space) != (agent.observation_space, agent.action_space):
             raise ConfigError(f"checkpoint={cfg.checkpoint!r}: the policy was trained on observations "
@@ -358,10 +374,10 @@ def load_for_evaluation(cfg: DictConfig, path: Path, device) -> Agent:
     return agent
 
 
-def evaluation_config(cfg: DictConfig, agent: Agent) -> DictConfig:
-    """`cfg` with the env the agent was trained on, unless this command line names another."""
+def evaluation_config(cfg: DictConfig, agent: Agent, overrides: list[str] | None) -> DictConfig:
+    """`cfg` with the env the agent was trained on, unless the command line names another."""
     saved_env = (agent.config or {}).get("env")
-    if saved_env and not overridden("env"):
+    if saved_env and not overridden("env", overrides):
         cfg = cfg.copy()
         cfg.env = OmegaConf.create(saved_env)
     return cfg

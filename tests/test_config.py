@@ -108,6 +108,10 @@ def test_wrong_type_is_rejected_with_its_name(make_cfg):
         ("seed=-1", "seed=-1: expected an integer >= 0"),
         ("policy.num_layers=0", "policy.num_layers=0: expected an integer >= 1"),
         ("env=classic/gym", "env.id is required by this env config"),
+        ("train.vf_coef=inf", "train.vf_coef=inf: expected a finite number"),
+        ("train.learning_rate=nan", "train.learning_rate=nan: expected a finite number"),
+        ("runtime.checkpoint_minutes=-1", "runtime.checkpoint_minutes=-1.0"),
+        ("mode=export", "checkpoint=None: expected a run directory, agent folder"),
     ],
 )
 def test_impossible_values_are_rejected_before_envs_start(make_cfg, override, message):
@@ -136,6 +140,32 @@ def test_unknown_gymnasium_id_names_the_key(make_cfg):
     creator = make_env_creator(make_cfg("env=classic/gym", "env.id=NoSuchEnv-v9"))
     with pytest.raises(ConfigError, match="env.id='NoSuchEnv-v9'"):
         creator()
+
+
+def test_an_unregistered_module_id_names_the_module_to_install(make_cfg):
+    creator = make_env_creator(make_cfg("env=classic/gym", "env.id=nosuchpkg:Foo-v0"))
+    with pytest.raises(ConfigError, match="env.id='nosuchpkg:Foo-v0': cannot import 'nosuchpkg'"):
+        creator()
+
+
+@pytest.mark.parametrize("args", [["hydra.run.dir=/etc/hostname/run"], ["-m", "hydra.sweep.dir=/etc/hostname/m"]])
+def test_an_output_dir_that_cannot_be_written_is_one_line_before_hydra_starts(args, tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "puffer", *args], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "/etc/hostname is not a folder" in result.stderr
+
+
+def test_eval_on_an_env_with_other_spaces_is_one_error_before_any_episode(make_cfg, tmp_path):
+    from puffer.run import run
+
+    run(make_cfg("train.total_timesteps=256", "train.num_steps=32", "eval.episodes=0"), tmp_path / "run")
+    with pytest.raises(ConfigError, match="trained on observations .* the env this command names \\(Acrobot-v1\\)"):
+        overrides = ["mode=eval", f"checkpoint={tmp_path / 'run'}", "env=classic/acrobot"]
+        run(make_cfg(*overrides), tmp_path / "eval", overrides=overrides)
 
 
 def test_cli_prints_the_composed_job_config(cli):

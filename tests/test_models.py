@@ -128,3 +128,58 @@ def test_an_image_inside_a_dict_gets_a_cnn_and_is_learned_from():
     trainer.train()
     assert trainer.last_metrics["env/episode_return"] > 0.9  # random: 0.5
     vec.close()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["env=classic/gym", "env.id=CarRacing-v3"],  # 96x96x3 HWC frames at the top level
+    ["env=classic/gym", "env.id=ale_py:ALE/Breakout-v5"],  # raw 210x160x3 Atari frames
+    # a multi-agent pixel env: each piston sees a 457x120x3 frame
+    ["env=pettingzoo/parallel", "env.module=pettingzoo.butterfly.pistonball_v6"],
+])
+def test_pixels_at_the_top_level_get_a_cnn_by_default(make_cfg, overrides):
+    from puffer.models import ImageEncoder
+    from puffer.run import build_policy, describe_policy, make_env_creator
+
+    pytest.importorskip({"CarRacing-v3": "Box2D", "ale_py:ALE/Breakout-v5": "ale_py"}.get(
+        overrides[1].split("=")[1], "pettingzoo.butterfly"))
+    cfg = make_cfg(*overrides)
+    env = make_env_creator(cfg)()
+    try:
+        policy = build_policy(cfg.policy, env.single_observation_space, env.single_action_space)
+    finally:
+        env.close()
+    assert any(isinstance(m, ImageEncoder) for m in policy.modules())
+    assert "(obs: cnn -> 256)" in describe_policy(policy)
+    # less than half the MLP these frames got before (3.5M parameters on CarRacing, 12.9M on
+    # Breakout, 21M on pistonball: two 64-unit layers on every pixel)
+    pixels = int(np.prod(env.single_observation_space.shape))
+    assert sum(p.numel() for p in policy.parameters()) < 64 * 2 * pixels / 2
+    frames = torch.zeros((2, *env.single_observation_space.shape), dtype=torch.uint8)
+    logits, value = policy(frames)
+    assert value.shape == (2,)
+
+
+@pytest.mark.parametrize("shape, low, high, dtype, image", [
+    ((64, 64), 0, 255, np.uint8, True),  # (H, W) grey frames
+    ((3, 40, 40), 0, 255, np.float32, True),  # declared 0-255
+    ((3, 40, 40), 0, 1, np.float32, False),  # floats in [0, 1]: values, not pixels
+    ((20, 20, 3), 0, 255, np.uint8, False),  # too small for the Nature torso: flattened
+])
+def test_an_image_is_told_from_the_space(shape, low, high, dtype, image):
+    from puffer.models import ObsEncoder, is_image
+
+    space = spaces.Box(low, high, shape, dtype)
+    assert is_image(space) == image
+    encoder = ObsEncoder(space)
+    assert encoder.describe().startswith("obs: cnn" if image else "obs: flat")
+    assert encoder(torch.zeros((3, *shape))).shape == (3, encoder.out_dim)
+
+
+def test_the_run_log_names_the_encoder_and_the_parameter_count(make_cfg, tmp_path, caplog):
+    import logging
+
+    from puffer.run import run
+
+    caplog.set_level(logging.INFO, logger="puffer")
+    run(make_cfg("train.total_timesteps=256", "train.num_steps=32", "eval.episodes=0"), tmp_path)
+    assert "policy: Default (obs: flat -> 4), 9,155 parameters" in caplog.text

@@ -237,3 +237,38 @@ def test_ray_workers_that_raise_die_or_hang_are_restarted(local_ray):
             vec.step(np.zeros(2, int))
             restarted.append(list(vec.pop_restarted()))
         assert restarted[4] == [1] and vec.restarts == 1 and time.monotonic() - started < 30
+
+
+def test_a_ray_run_whose_main_process_is_killed_leaves_no_ray_process(tmp_path):
+    """SIGKILL closes nothing: the watchdog started beside the local Ray (puffer.vector.reaper)
+    ends its processes. Before it, the dashboard and runtime-env agents lived on, reparented."""
+    import signal
+    import subprocess
+    import sys
+    import uuid
+
+    import psutil
+    from conftest import ROOT, assert_no_marked_process_left, wait_for_epochs
+
+    marker = uuid.uuid4().hex
+    args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "vec=ray", "vec.num_envs=2",
+            "train.total_timesteps=10000000", "runtime.log_interval=0"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PUFFER_TEST_MARKER": marker}, start_new_session=True)
+    try:
+        wait_for_epochs(proc, tmp_path, epochs=2, timeout=180)
+        assert psutil.Process(proc.pid).children(recursive=True), "expected a local Ray under the run"
+        proc.kill()
+        proc.wait(timeout=30)
+        assert_no_marked_process_left(marker, within=15)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_ray_address_auto_without_a_cluster_is_one_line_naming_the_key(cli):
+    result = cli("vec=ray", "vec.ray_address=auto", check=False, timeout=120)
+    assert result.returncode == 2, result.stderr
+    output = result.stdout + result.stderr
+    assert "vec.ray_address='auto': no Ray cluster there" in output
+    assert "Traceback" not in output

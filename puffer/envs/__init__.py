@@ -37,6 +37,10 @@ def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps
         env = gymnasium.make(id, render_mode=render_mode, **(kwargs or {}))
     except gymnasium.error.Error as exc:
         raise ConfigError(f"env.id={id!r}: gymnasium cannot make it ({exc})") from exc
+    except ModuleNotFoundError as exc:  # the module of a `module:Env-v0` id
+        module = id.split(":", 1)[0] if ":" in id else exc.name
+        raise ConfigError(f"env.id={id!r}: cannot import {module!r}, the module before the colon that "
+                          "registers the env; install the package that provides it") from exc
     for index, wrapper in enumerate(wrappers or []):
         env = wrap(env, wrapper, f"env.wrappers[{index}]")
     return GymnasiumPufferEnv(env=env, validate_steps=validate_steps, max_sequence_length=max_sequence_length)

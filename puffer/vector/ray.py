@@ -33,6 +33,7 @@ from puffer.vector.base import (
     workers_state,
 )
 from puffer.vector.multiprocessing import WorkerError
+from puffer.vector.reaper import ray_processes
 
 log = logging.getLogger(__name__)
 
@@ -96,21 +97,6 @@ def _import_ray():
     return ray
 
 
-def ray_processes() -> list:
-    """The processes of the local Ray this process started (its descendants that run Ray)."""
-    import psutil
-
-    found = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            command, name = " ".join(process.cmdline()), process.name()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if "/ray/" in command or command.startswith("ray::") or name in ("raylet", "gcs_server"):
-            found.append(process)
-    return found
-
-
 def reap(processes: list, timeout: float = 3.0) -> None:
     """Kill what is left of `processes` after `timeout` seconds. ray.shutdown() after a Ctrl-C
     inside ray.init (measured here at 2.1 s into the start-up) leaves the dashboard and
@@ -170,6 +156,7 @@ class Ray(VecEnv):
         self._sent_at: dict = {}  # ref -> when its command was sent
         self._idle: set[int] = set()
         self._received: list[int] | None = None
+        self._reaper = None  # the watchdog of a local Ray (puffer.vector.reaper)
         self.restart_budget = restart_failed_workers  # self-healing: VecEnv.count_restart
         self._build = (creators, env_args, env_kwargs)
         try:
@@ -181,14 +168,32 @@ class Ray(VecEnv):
     def _start(self, address) -> None:
         """Start (or join) Ray and the actors; every actor built its envs, or its error is raised."""
         if self._started_ray:
-            self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                           configure_logging=False)
+            self._init_ray(address)
         # stack() in a concurrency group of its own, so that it answers while a step is stuck;
         # every other method stays in the default group, one at a time, in order
         self._remote = self._ray.remote(num_cpus=0, concurrency_groups={"inspect": 1})(_Worker)
         self._actors = [self._new_actor(w) for w in range(self.num_workers)]
         self._pending = {actor.ready.remote(): w for w, actor in enumerate(self._actors)}
         self._drain()
+
+    def _init_ray(self, address) -> None:
+        """Join the cluster at `address`, or start a local Ray: no dashboard, its node advertised
+        on loopback, and a watchdog that ends it if this process dies without closing it (Ray's
+        own token authentication, on by default for a local Ray since 2.5x, is left on)."""
+        local = address is None
+        try:
+            self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                           configure_logging=False, **({"_node_ip_address": "127.0.0.1"} if local else {}))
+        except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
+            if local:
+                raise
+            raise VecConfigError(f"vec.ray_address={address!r}: no Ray cluster there ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}); start one with "
+                                 "`ray start --head`, or leave vec.ray_address out for a local Ray") from None
+        if local:
+            from puffer.vector import reaper
+
+            self._reaper = reaper.start(os.getpid())
 
     def _new_actor(self, w: int):
         creators, env_args, env_kwargs = self._build
@@ -362,3 +367,6 @@ class Ray(VecEnv):
             spawned = ray_processes()
             self._ray.shutdown()
             reap(spawned)
+        if self._reaper is not None:  # its Ray is shut down: nothing left for it to do
+            self._reaper.terminate()
+            self._reaper.wait()

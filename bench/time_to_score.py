@@ -1,0 +1,282 @@
+"""Time to score: the wall-clock time a run takes until its agent is good, puffer beside
+Stable-Baselines3 with rl-baselines3-zoo's settings, trained side by side on this machine.
+
+    python bench/time_to_score.py [--envs classic/cartpole classic/acrobot ...] [--seeds 0 1 2]
+                                  [--steps N] [--checkpoints 20] [--reference sb3|none]
+                                  [--jobs 2] [--out DIR] [puffer overrides ...]
+
+Each run trains to the env's budget (the zoo's, or --steps) and saves its policy every budget /
+--checkpoints steps with the training wall time it had then (puffer: its checkpoints'
+`train_seconds`; SB3: a callback that saves the model, its VecNormalize statistics and the time,
+the saving itself off the clock). Afterwards, off the clock, every saved policy is evaluated with
+puffer's protocol (10 episodes, deterministic, on seeds apart from training's). A run's time to
+score is the training wall time of the first saved policy whose mean return reaches the env's
+threshold while the next one (if any) stays there; a run that never does is censored at its
+budget's wall time and shown with `>`. Steps to score likewise.
+
+The thresholds are gymnasium's registered `reward_threshold` where it has one (CartPole-v1 475,
+Acrobot-v1 -100, MountainCar-v0 -110, LunarLander-v3 200) and, where it has none or asks for
+what the zoo's PPO does not reach at its budget, the figure of puffer issue 32: Pendulum-v1
+-200, HalfCheetah-v5 5,000, Hopper-v5 2,000.
+
+puffer and SB3 runs of one seed go side by side with --jobs 2 (the default), so both see the
+same load; both get one torch thread (the thread policy's pick for these MLPs). Needs
+`pip install stable-baselines3` for the reference. Each run's result is kept in --out (default
+outputs/time_to_score): a second call only runs what is missing.
+
+Prints per env: the threshold, each side's median time to score over seeds with the runs'
+[min, max] (censored runs count at their budget; `n/N` runs reached the score), median steps to
+score, the final return at the budget (mean, Student's t 95% interval over seeds), and the ratio
+of the median times SB3 / puffer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import print_table  # noqa: E402
+from learn_suite import SUITE  # noqa: E402
+
+from puffer.stats import t_interval  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_EPISODES = 10
+THRESHOLDS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "MountainCar-v0": -110.0, "Pendulum-v1": -200.0,
+              "LunarLander-v3": 200.0, "LunarLander-v3(continuous=True)": 200.0, "HalfCheetah-v5": 5000.0,
+              "Hopper-v5": 2000.0}
+
+
+def time_to_score(points: list[dict], threshold: float) -> tuple[float | None, int | None]:
+    """(seconds, steps) of the first point whose return reaches `threshold` with the next point
+    (if any) there too; (None, None) when no point does: the run is censored."""
+    for i, point in enumerate(points):
+        following = points[i + 1 : i + 2]
+        if point["return"] >= threshold and all(p["return"] >= threshold for p in following):
+            return point["seconds"], point["step"]
+    return None, None
+
+
+# -- puffer ------------------------------------------------------------------------------------
+def puffer_run(config: str, seed: int, steps: int, checkpoints: int, run_dir: Path, overrides) -> None:
+    """Train with a checkpoint every `steps / checkpoints` steps (whole epochs), all kept."""
+    epoch = puffer_epoch_steps(config, overrides)
+    interval = max(1, round(steps / checkpoints / epoch))
+    args = [sys.executable, "-m", "puffer", f"env={config}", f"seed={seed}", f"train.total_timesteps={steps}",
+            f"runtime.checkpoint_interval={interval}", "runtime.keep_checkpoints=0", "runtime.checkpoint_minutes=0",
+            "eval.episodes=0", f"hydra.run.dir={run_dir}", *overrides]
+    subprocess.run(args, cwd=ROOT, check=True, capture_output=True, text=True)
+
+
+def puffer_epoch_steps(config: str, overrides) -> int:
+    from hydra import compose, initialize_config_dir
+
+    from puffer.config import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"env={config}", *overrides])
+    return cfg.vec.num_envs * cfg.train.num_steps
+
+
+def puffer_evaluate(run_dir: Path, seed: int) -> list[dict]:
+    """Every checkpoint of a run: its step, training seconds and evaluation return."""
+    from omegaconf import OmegaConf
+
+    import puffer
+    from puffer import checkpoint
+    from puffer.evaluation import evaluate
+    from puffer.run import make_env_creator
+
+    points = []
+    for path in sorted((run_dir / "checkpoints").glob("epoch_*.pt")):
+        state = checkpoint.read(path, envs=False)
+        agent = puffer.load(path)
+        creator = make_env_creator(OmegaConf.create(agent.config), evaluation=True)
+        result = evaluate(agent.policy, creator, EVAL_EPISODES, seed, deterministic=True)
+        points.append({"step": state["global_step"], "seconds": state["train_seconds"],
+                       "return": result["return_mean"]})
+    return points
+
+
+# -- SB3 + the zoo -----------------------------------------------------------------------------
+def sb3_run(config: str, seed: int, steps: int, checkpoints: int, run_dir: Path) -> None:
+    """Train SB3 PPO with the zoo's settings, saving every `steps / checkpoints` steps with the
+    training seconds so far (the saving itself not counted)."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    _, env_id, kwargs, _, zoo = SUITE[config]
+    zoo = dict(zoo)
+    normalize, n_envs = zoo.pop("normalize", False), zoo.pop("n_envs")
+    for key in ("learning_rate", "clip_range"):
+        if isinstance(zoo.get(key), str):  # lin_X: linear decay to 0, as the zoo parses it
+            start = float(zoo[key].removeprefix("lin_"))
+            zoo[key] = lambda progress, start=start: progress * start
+    if "policy_kwargs" in zoo:
+        zoo["policy_kwargs"] = {**zoo["policy_kwargs"], "activation_fn": torch.nn.ReLU}
+    venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
+    if normalize:
+        venv = VecNormalize(venv, gamma=zoo.get("gamma", 0.99))
+    every = max(1, steps // checkpoints)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    class Saver(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.started, self.off_clock, self.next_save, self.saved = time.perf_counter(), 0.0, every, []
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_save:
+                paused = time.perf_counter()
+                seconds = paused - self.started - self.off_clock
+                name = f"model_{self.num_timesteps:09d}"
+                self.model.save(run_dir / name)
+                if normalize:
+                    venv.save(str(run_dir / f"{name}_vecnormalize.pkl"))
+                self.saved.append({"name": name, "step": self.num_timesteps, "seconds": seconds})
+                self.next_save += every
+                self.off_clock += time.perf_counter() - paused
+            return True
+
+    saver = Saver()
+    PPO("MlpPolicy", venv, seed=seed, device="cpu", **zoo).learn(steps, callback=saver)
+    (run_dir / "saved.json").write_text(json.dumps(saver.saved))
+
+
+def sb3_evaluate(config: str, run_dir: Path, seed: int) -> list[dict]:
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from puffer.evaluation import EVAL_SEED_OFFSET
+
+    _, env_id, kwargs, _, _ = SUITE[config]
+    points = []
+    for saved in json.loads((run_dir / "saved.json").read_text()):
+        model = PPO.load(run_dir / saved["name"], device="cpu")
+        stats = run_dir / f"{saved['name']}_vecnormalize.pkl"
+        norm = VecNormalize.load(str(stats), make_vec_env(env_id, n_envs=1, env_kwargs=kwargs)) if stats.exists() else None
+        returns = []
+        for episode in range(EVAL_EPISODES):
+            env = gym.make(env_id, **kwargs)
+            obs, _ = env.reset(seed=seed + EVAL_SEED_OFFSET + episode)
+            total, done = 0.0, False
+            while not done:
+                action, _ = model.predict(norm.normalize_obs(obs) if norm else obs, deterministic=True)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+        points.append({"step": saved["step"], "seconds": saved["seconds"], "return": float(np.mean(returns))})
+    return points
+
+
+# -- running -----------------------------------------------------------------------------------
+def job(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir: Path, overrides) -> None:
+    """Train then evaluate one run in this process (called as `--job ...` in a subprocess of
+    its own, one torch thread); writes points.json and the training's wall time."""
+    started = time.perf_counter()
+    if kind == "puffer":
+        puffer_run(config, seed, steps, checkpoints, run_dir, overrides)
+    else:
+        sb3_run(config, seed, steps, checkpoints, run_dir)
+    wall = time.perf_counter() - started
+    points = puffer_evaluate(run_dir, seed) if kind == "puffer" else sb3_evaluate(config, run_dir, seed)
+    (run_dir / "points.json").write_text(json.dumps({"wall": wall, "points": points}))
+
+
+def result(out: Path, kind: str, config: str, seed: int, steps: int, checkpoints: int, overrides) -> dict:
+    tag = hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8] if kind == "puffer" and overrides else ""
+    run_dir = out / f"{kind}-{config.replace('/', '-')}-{seed}-{steps}-{checkpoints}{'-' + tag if tag else ''}"
+    points = run_dir / "points.json"
+    if not points.exists():
+        args = [sys.executable, __file__, "--job", kind, config, str(seed), str(steps), str(checkpoints),
+                str(run_dir), *overrides]
+        subprocess.run(args, check=True, capture_output=True, text=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    record = json.loads(points.read_text())
+    logging.info("%-6s %s seed %d: %d points, last return %.1f, trained in %.0f s", kind, config, seed,
+                 len(record["points"]), record["points"][-1]["return"], record["wall"])
+    return record
+
+
+def summary(records: list[dict], threshold: float) -> dict:
+    """Median time and steps to score over runs (censored runs at their budget), [min, max],
+    how many reached it, and the final returns."""
+    times, steps, reached = [], [], 0
+    for record in records:
+        seconds, step = time_to_score(record["points"], threshold)
+        reached += seconds is not None
+        times.append(seconds if seconds is not None else record["points"][-1]["seconds"])
+        steps.append(step if step is not None else record["points"][-1]["step"])
+    finals = [record["points"][-1]["return"] for record in records]
+    return {"time": float(np.median(times)), "low": min(times), "high": max(times), "reached": reached,
+            "steps": float(np.median(steps)), "final": float(np.mean(finals)), "final_ci": t_interval(finals),
+            "censored": reached < len(records)}
+
+
+def cell(s: dict, runs: int) -> str:
+    prefix = ">" if s["reached"] * 2 <= runs else ""  # the median is censored
+    return f"{prefix}{s['time']:.0f} s [{s['low']:.0f}, {s['high']:.0f}] {s['reached']}/{runs}"
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--job":
+        kind, config, seed, steps, checkpoints, run_dir, *overrides = sys.argv[2:]
+        job(kind, config, int(seed), int(steps), int(checkpoints), Path(run_dir), overrides)
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="*", default=["classic/cartpole"], help=f"from {list(SUITE)}")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="override every env's budget (the zoo's)")
+    parser.add_argument("--checkpoints", type=int, default=20, help="saved policies per run")
+    parser.add_argument("--reference", choices=["sb3", "none"], default="sb3")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (2: puffer beside SB3)")
+    parser.add_argument("--out", default="outputs/time_to_score", help="where the runs and results go")
+    parser.add_argument("overrides", nargs="*", help="extra overrides for puffer's runs")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kinds = ["puffer", "sb3"] if args.reference == "sb3" else ["puffer"]
+    steps_of = {config: args.steps or SUITE[config][3] for config in args.envs}
+    runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {run: pool.submit(result, out, *run, steps_of[run[1]], args.checkpoints, args.overrides)
+                   for run in runs}
+        records = {run: future.result() for run, future in futures.items()}
+    rows = []
+    for config in args.envs:
+        name = SUITE[config][0]
+        threshold = THRESHOLDS[name]
+        ours = summary([records["puffer", config, seed] for seed in args.seeds], threshold)
+        theirs = summary([records["sb3", config, seed] for seed in args.seeds], threshold) if "sb3" in kinds else None
+        n = len(args.seeds)
+        rows.append([name, f"{threshold:g}", f"{steps_of[config] // 1000}k", n, cell(ours, n),
+                     f"{ours['steps'] / 1000:.0f}k", f"{ours['final']:.1f} +- {ours['final_ci']:.1f}",
+                     cell(theirs, n) if theirs else "-", f"{theirs['steps'] / 1000:.0f}k" if theirs else "-",
+                     f"{theirs['final']:.1f} +- {theirs['final_ci']:.1f}" if theirs else "-",
+                     f"{theirs['time'] / ours['time']:.1f}" if theirs else "-"])
+    print_table(["env", "score", "budget", "seeds", "puffer time to score (median [min, max] reached)",
+                 "steps", "final (t 95%)", "SB3 + zoo time to score", "steps", "final (t 95%)",
+                 "SB3 / puffer"], rows)
+    print(f"runs in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,6 @@ building envs and policies from configs (puffer.run).
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import logging
 import math
@@ -48,6 +47,50 @@ class Stopped(KeyboardInterrupt):
     def __init__(self, reason: str, path: Path | None):
         super().__init__(reason)
         self.reason, self.path = reason, path
+
+
+class TensorSnapshot:
+    """Copies of the tensors inside a nested structure (state dicts), refreshed in place with one
+    foreach copy while the structure keeps its shape; `restored(structure)` is the structure with
+    the copies in place of its tensors."""
+
+    def __init__(self):
+        self.copies: list[torch.Tensor] | None = None
+
+    def take(self, structure) -> None:
+        tensors = [t.detach() for t in _tensors(structure)]
+        if self.copies is not None and [c.shape for c in self.copies] == [t.shape for t in tensors] and all(
+                c.dtype == t.dtype and c.device == t.device for c, t in zip(self.copies, tensors, strict=True)):
+            torch._foreach_copy_(self.copies, tensors)
+        else:  # the first time, or the optimizer has made its state since
+            self.copies = [t.clone() for t in tensors]
+
+    def restored(self, structure):
+        if self.copies is None or len(self.copies) != len(list(_tensors(structure))):
+            return structure
+        copies = iter(self.copies)
+        return _replace(structure, copies)
+
+
+def _tensors(node):
+    if isinstance(node, torch.Tensor):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _tensors(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _tensors(value)
+
+
+def _replace(node, copies):
+    if isinstance(node, torch.Tensor):
+        return next(copies)
+    if isinstance(node, dict):
+        return {key: _replace(value, copies) for key, value in node.items()}
+    if isinstance(node, (list, tuple)):
+        return type(node)(_replace(value, copies) for value in node)
+    return node
 
 
 def seed_everything(seed: int) -> None:
@@ -119,9 +162,12 @@ class Trainer:
         self.epoch = 0
         self.epoch_end_step = 0  # the global step at the end of the last completed epoch
         self.train_seconds = 0.0  # wall time spent training, over every resume (the model card's)
-        # The weights and optimizer state of the last completed epoch, taken before each update:
-        # what a run that fails inside an epoch saves (save_failure_checkpoint).
-        self.completed: dict | None = None
+        # The weights and optimizer state of the last completed epoch, copied before each update
+        # (one foreach copy into buffers kept between epochs): what a run that fails inside an
+        # update saves (save_failure_checkpoint). `updating` says whether the copy is the state
+        # to save; outside an update the live weights are.
+        self.completed = TensorSnapshot()
+        self.updating = False
         self.last_metrics: dict[str, float] = {}
         # Set from outside (puffer.run's signal handlers): save a checkpoint after this epoch
         # and go on (`save_requested`, SIGUSR1), or save and stop (`stop_requested`, a reason).
@@ -203,13 +249,14 @@ class Trainer:
         while self.epoch < self.num_epochs:
             with threads.using(self.threads.rollout):
                 self.collect_or_stop()
-            self.completed = self.learning_state()
             with self.profiler.learn, threads.using(self.threads.learn):
+                self.completed.take(self.learning_state())
+                self.updating = True
                 losses = self.update()
                 self.update_obs_stats()
             self.epoch += 1
             self.epoch_end_step = self.global_step
-            self.completed = None
+            self.updating = False
             now = time.perf_counter()
             self.train_seconds = trained_before + now - started
             metrics = {**losses, **self._episode_metrics(), **self.profiler.metrics(),
@@ -246,9 +293,8 @@ class Trainer:
         return dict(self.last_metrics)
 
     def learning_state(self) -> dict:
-        """Copies of the weights and optimizer state as they are now (between two epochs)."""
-        return {"policy": {k: v.detach().clone() for k, v in self.policy.state_dict().items()},
-                "optimizer": copy.deepcopy(self.optimizer.state_dict())}
+        """The weights and optimizer state as they are now (live tensors, not copies)."""
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def save_failure_checkpoint(self) -> Path | None:
         """After a failure inside epoch N+1: epoch N's weights, optimizer and counters as
@@ -261,7 +307,9 @@ class Trainer:
         path = self.run_dir / "checkpoints" / f"epoch_{self.epoch:06d}.pt"
         if path.is_file():
             return path
-        learned = self.completed or self.learning_state()
+        learned = self.learning_state()
+        if self.updating:  # the update went wrong part way: the state from before it
+            learned = self.completed.restored(learned)
         for name, param in learned["policy"].items():
             if param.is_floating_point() and not torch.isfinite(param).all():
                 log.warning("not saving epoch %d: %s is not finite", self.epoch, name)

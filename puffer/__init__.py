@@ -13,6 +13,10 @@ import os
 
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "3000")
+# pygame's SDL (every classic-control render) installs its own SIGINT and SIGTERM handlers where
+# a signal still has its default action (a script without handlers of its own, a worker), and the
+# process then ignores Ctrl-C and SIGTERM while it renders: leave signals to Python.
+os.environ.setdefault("SDL_NO_SIGNAL_HANDLERS", "1")
 
 __version__ = "0.1.0"
 

@@ -244,6 +244,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         train_cfg.total_timesteps = min(train_cfg.total_timesteps, cfg.profile.timesteps)
     sync = cfg.profile.sync_cuda if cfg.profile.sync_cuda is not None else profiling
 
+    if (cfg.eval.video or cfg.eval.video_interval) and not profiling and ctx.is_main:
+        check_recording(cfg, "eval.video" if cfg.eval.video else "eval.video_interval")
     env_creator = make_env_creator(cfg)
     vecenv = make_vecenv(cfg, env_creator, seed)
     logger = progress = None
@@ -504,6 +506,33 @@ def rendering(env_creator, render_mode: str = "rgb_array", key: str = "eval.vide
                           "render_mode, so its env cannot be rendered; expected a gymnasium, Atari "
                           "or PettingZoo env")
     return functools.partial(env_creator, render_mode=render_mode)
+
+
+def check_recording(cfg: DictConfig, key: str) -> None:
+    """Before training: the video extra is there and the env renders one rgb_array frame, so
+    that a requested video cannot fail after hours of training; one line naming the fix if not."""
+    from puffer.video import _imageio
+
+    _imageio()
+    creator = rendering(make_env_creator(cfg, evaluation=True), key=key)
+    env = creator()
+    try:
+        env.reset(seed=cfg.seed)
+        frame = env.render()
+    except Exception as exc:  # whatever the env's renderer raises (pygame, OpenGL, ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = ""
+        if "pygame" in first:
+            hint = "; its renderer needs pygame: pip install 'puffer[video]'"
+        elif "OpenGL" in first or "GL" in type(exc).__name__ or "mujoco" in type(exc).__module__:
+            hint = ("; MuJoCo renders without a display through EGL (MUJOCO_GL=egl, libEGL) or OSMesa "
+                    "(MUJOCO_GL=osmesa, libOSMesa): install one of them")
+        raise ConfigError(f"{key}=true: {env_name(cfg)} could not render a frame ({type(exc).__name__}: "
+                          f"{first}){hint}") from None
+    finally:
+        env.close()
+    if frame is None:
+        raise ConfigError(f"{key}=true: {env_name(cfg)} rendered no frame; it needs render_mode='rgb_array' support")
 
 
 def recorder_factory(cfg: DictConfig, run_dir: Path, recorders: list, prefix: str = "eval"):

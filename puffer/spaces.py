@@ -304,8 +304,15 @@ class ObsLayout:
         return self.write
 
     def check(self, value: Any, env_name: str) -> None:
-        """Raise SpaceError naming the key path when `value` does not fit the declared space."""
-        check_value(self.space, value, f"{env_name}: {self.name}", full_range=self._full_range)
+        """Raise SpaceError naming the key path when `value` does not fit the declared space, and
+        how to train anyway when the env's declared space is what is wrong."""
+        try:
+            check_value(self.space, value, f"{env_name}: {self.name}", full_range=self._full_range)
+        except SpaceError as exc:
+            raise SpaceError(f"{exc}. If the env declares its space wrongly (some declare bounds "
+                             "their values leave), env.validate_steps=0 trains anyway: nothing then "
+                             "checks its observations, and values outside the declared bounds reach "
+                             "the policy as they are") from None
 
     def unflatten(self, flat):
         """Batch of flat rows (numpy array or torch tensor) -> native nest of arrays/tensors.

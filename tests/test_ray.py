@@ -32,6 +32,23 @@ def local_ray():
     ray.shutdown()
 
 
+def test_ray_address_auto_without_a_cluster_is_one_line_naming_the_key(tmp_path):
+    """`auto` finds any Ray running on this machine (it looks for a GCS process): the first test
+    of this module, before its local Ray starts."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path / 'run'}", "vec=ray", "vec.ray_address=auto"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert "vec.ray_address='auto': no Ray cluster there" in output
+    assert "Traceback" not in output
+
+
 def test_ray_steps_the_same_envs_as_serial(local_ray):
     with Serial(cartpole, num_envs=4) as serial:
         expected = rollout(serial, 100)
@@ -264,11 +281,3 @@ def test_a_ray_run_whose_main_process_is_killed_leaves_no_ray_process(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-
-
-def test_ray_address_auto_without_a_cluster_is_one_line_naming_the_key(cli):
-    result = cli("vec=ray", "vec.ray_address=auto", check=False, timeout=120)
-    assert result.returncode == 2, result.stderr
-    output = result.stdout + result.stderr
-    assert "vec.ray_address='auto': no Ray cluster there" in output
-    assert "Traceback" not in output

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import pytest
 
 from puffer import checkpoint
@@ -39,14 +42,7 @@ def test_pettingzoo_envs_are_recorded_too(make_cfg, tmp_path):
     assert len(frames(video)) == 11 and frames(video).shape[-1] == 3
 
 
-def test_an_env_that_cannot_render_is_a_clear_error(make_cfg, tmp_path):
-    with pytest.raises(ConfigError, match="eval.video=true: .* takes no render_mode"):
-        run(make_cfg("env=ocean/cartpole", "train.total_timesteps=8192", "eval.episodes=1",
-                     "eval.video=true"), tmp_path)
-
-
 def params(path):
-
     return checkpoint.read(path)["policy"]
 
 
@@ -105,3 +101,72 @@ def test_watching_makes_the_deterministic_episodes_render_in_human_mode(make_cfg
     # one human-mode env per deterministic eval slot (2 episodes: 2 envs); training (8 envs, a
     # probe) and the stochastic evaluation make theirs without rendering
     assert RENDER_MODES.count("human") == 2 and set(RENDER_MODES) == {None, "human"}
+
+
+def test_a_mujoco_episode_is_recorded_without_a_display(make_cfg, tmp_path):
+    """MUJOCO_GL is chosen when puffer.envs is imported (EGL here); without any GL library the
+    run stops before training with one line that names what to install."""
+    pytest.importorskip("mujoco")
+    from puffer.envs import headless_mujoco_gl
+
+    if headless_mujoco_gl() is None and not os.environ.get("MUJOCO_GL"):
+        with pytest.raises(ConfigError, match="MuJoCo renders without a display through EGL"):
+            run(make_cfg("env=mujoco/halfcheetah", "eval.video=true"), tmp_path)
+        return
+    run(make_cfg("env=mujoco/halfcheetah", "vec.num_envs=1", "train.total_timesteps=256", "train.num_steps=64",
+                 "train.num_minibatches=1", "eval.episodes=1", "eval.max_steps=30", "eval.video=true"), tmp_path)
+    (video,) = (tmp_path / "videos").glob("*.mp4")
+    assert frames(video).shape == (31, 480, 480, 3)
+
+
+def test_a_never_ending_episode_is_streamed_to_its_file_in_constant_memory(tmp_path):
+    """CliffWalking-v1 has no time limit; 3,000 frames of 192x576x3 are 1 GB if kept."""
+    import gymnasium as gym
+    import psutil
+
+    from puffer.emulation import GymnasiumPufferEnv
+    from puffer.video import EpisodeRecorder
+
+    env = GymnasiumPufferEnv(env=gym.make("CliffWalking-v1", render_mode="rgb_array"))
+    env.reset(seed=0)
+    recorder = EpisodeRecorder(env, tmp_path, episodes=1, fps=30)
+    process = psutil.Process()
+    recorder.frame()
+    before = process.memory_info().rss
+    for _ in range(3000):
+        env.step(np.array([0]))  # up: never reaches the goal
+        recorder.frame()
+    grown = process.memory_info().rss - before
+    recorder.end_episode()
+    assert grown < 100 * 2**20, f"{grown / 2**20:.0f} MB"
+    assert len(frames(recorder.written[0])) == 3001
+
+
+def test_an_env_that_cannot_render_a_frame_is_refused_before_training(make_cfg, tmp_path):
+    with pytest.raises(ConfigError, match="eval.video=true: .* takes no render_mode"):
+        run(make_cfg("env=ocean/cartpole", "eval.video=true"), tmp_path)
+    assert not (tmp_path / "checkpoints").exists()  # nothing trained
+
+
+def test_sigterm_while_a_classic_control_env_renders_its_evaluation_exits_130(tmp_path):
+    """pygame renders every classic-control frame; a SIGTERM while it does stops the run with
+    status 130, the trained policy and its checkpoint already saved."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    pytest.importorskip("pygame")
+    args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "train.total_timesteps=512",
+            "train.num_steps=32", "eval.episodes=100", "eval.video=true", "eval.video_episodes=100"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "videos").glob("*.mp4")):  # the evaluation is rendering
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, output
+    assert (tmp_path / "model.safetensors").is_file() and list((tmp_path / "checkpoints").glob("epoch_*.pt"))

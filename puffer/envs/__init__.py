@@ -7,7 +7,10 @@ What does not: wrapping (puffer.emulation), batching (puffer.vector). Native bat
 
 from __future__ import annotations
 
+import ctypes.util
 import importlib
+import os
+import sys
 from typing import Any
 
 import gymnasium
@@ -15,6 +18,22 @@ import gymnasium
 from puffer.config import ConfigError
 from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv, TurnBasedPufferEnv
 from puffer.spaces import SEQUENCE_LENGTH
+
+
+def headless_mujoco_gl() -> str | None:
+    """The OpenGL that MuJoCo can render with on a machine without a display: EGL, else OSMesa,
+    else None. MuJoCo reads MUJOCO_GL when it is first imported and otherwise fails at the first
+    render ("an OpenGL platform library has not been loaded")."""
+    if sys.platform != "linux" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    for name, library in (("egl", "EGL"), ("osmesa", "OSMesa")):
+        if ctypes.util.find_library(library):
+            return name
+    return None
+
+
+if "MUJOCO_GL" not in os.environ and (headless := headless_mujoco_gl()) is not None:
+    os.environ["MUJOCO_GL"] = headless
 
 
 def describe(env_cfg) -> str:

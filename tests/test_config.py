@@ -388,3 +388,43 @@ def test_the_generic_pettingzoo_config_takes_any_module_and_nothing_of_kaz(make_
     assert env.num_agents == 2 and env.name.startswith("simple_spread")
     with pytest.raises(ConfigError, match="env.module is required"):
         validate(make_cfg("env=pettingzoo/parallel"))
+
+
+class BrokenConstructor:
+    """An env whose constructor fails (a broken dependency of a real suite, say)."""
+
+    def __init__(self, **kwargs):
+        raise AttributeError("module 'mujoco' has no attribute 'MjModel'")
+
+
+def test_an_env_whose_constructor_fails_is_one_line_naming_the_id_and_the_cause(make_cfg):
+    import gymnasium as gym
+
+    gym.register(id="puffer_test/Broken-v0", entry_point=BrokenConstructor)
+    creator = make_env_creator(make_cfg("env=classic/gym", "env.id=puffer_test/Broken-v0"))
+    with pytest.raises(ConfigError, match=r"env.id='puffer_test/Broken-v0': making it failed \(AttributeError: "
+                                          "module 'mujoco' has no attribute 'MjModel'\\)"):
+        creator()
+
+
+def test_an_unregistered_id_points_at_the_package_prefix(make_cfg):
+    creator = make_env_creator(make_cfg("env=classic/gym", "env.id=MiniGrid-NoSuch-v0"))
+    with pytest.raises(ConfigError, match="env.id=<package>:<id>"):
+        creator()
+
+
+@pytest.mark.parametrize(("module", "install"), [
+    ("pettingzoo.sisl.nosuch_v0", "pip install 'pettingzoo\\[sisl\\]'"),
+    ("pettingzoo.butterfly.nosuch_v0", "pip install 'puffer\\[pettingzoo\\]'"),
+])
+def test_a_pettingzoo_module_that_does_not_import_names_its_familys_extra(make_cfg, module, install):
+    creator = make_env_creator(make_cfg("env=pettingzoo/parallel", f"env.module={module}"))
+    with pytest.raises(ConfigError, match=install):
+        creator()
+
+
+def test_a_run_is_labelled_by_the_maker_the_config_names(make_cfg):
+    from puffer.envs import describe
+
+    assert describe(make_cfg("env._target_=my_lab.envs.make").env) == "my_lab.envs.make"
+    assert describe(make_cfg("env=classic/acrobot").env) == "Acrobot-v1"

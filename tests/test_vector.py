@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -535,3 +538,74 @@ def test_a_stuck_main_process_share_is_restarted_like_a_worker(children):
         vec.reset(0)
         restarted = steps_until_restart(vec, 6)  # env 0 hangs at its 5th step
         assert restarted[4] == [0, 1] and vec.restarts == 1
+
+
+FORKED_AFTER_THREADS = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import fork_unsafe_standin  # starts its thread, as importing JAX does
+import puffer.vector
+started = time.monotonic()
+try:
+    puffer.vector.make(fork_unsafe_standin.make_env, num_envs=2, num_workers=2, backend="multiprocessing",
+                       step_in_main=False, step_timeout={timeout}, start_method={method!r})
+    print("started")
+except puffer.vector.WorkerError as exc:
+    print(f"raised after {{time.monotonic() - started:.0f}} s: {{exc}}")
+"""
+
+
+def _forked_after_threads(timeout, method=None, **kwargs):
+    script = FORKED_AFTER_THREADS.format(tests=str(Path(__file__).resolve().parent), timeout=timeout, method=method)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, **kwargs)
+
+
+def test_workers_forked_from_a_process_with_live_threads_raise_within_the_step_timeout():
+    """Before, the start and the env build were not under vec.step_timeout: this hung forever."""
+    proc = _forked_after_threads(timeout=3)
+    output, _ = proc.communicate(timeout=60)
+    assert "raised after" in output and "has been starting (building its envs)" in output, output
+    assert "vec.start_method=forkserver or spawn" in output
+    seconds = int(output.split("raised after ")[1].split(" s")[0])
+    assert seconds <= 10
+
+
+def test_a_fresh_interpreter_start_method_does_not_hang_on_them():
+    proc = _forked_after_threads(timeout=60, method="forkserver")
+    output, _ = proc.communicate(timeout=120)
+    assert "started" in output, output
+
+
+def test_workers_stuck_starting_die_with_their_parent():
+    import uuid
+
+    from conftest import assert_no_marked_process_left
+
+    marker = uuid.uuid4().hex
+    proc = _forked_after_threads(timeout=None, env={**os.environ, "PUFFER_TEST_MARKER": marker})
+    time.sleep(3)  # the workers are stuck in the env's constructor
+    assert proc.poll() is None
+    proc.kill()  # SIGKILL: the parent closes nothing
+    proc.communicate(timeout=30)
+    assert_no_marked_process_left(marker, within=5)
+
+
+AUTO_START_METHOD = """
+import sys, types, logging
+logging.basicConfig(level=logging.INFO)
+sys.modules["jax"] = types.ModuleType("jax")  # as if JAX were imported (it is not installed here)
+sys.path.insert(0, {tests!r})
+import puffer.vector
+from test_vector import cartpole
+with puffer.vector.make(cartpole, num_envs=2, num_workers=2, backend="multiprocessing", step_in_main=False) as vec:
+    vec.reset()
+    print("start method", vec._ctx.get_start_method())
+"""
+
+
+def test_the_default_start_method_is_forkserver_when_a_fork_unsafe_library_is_imported():
+    script = AUTO_START_METHOD.format(tests=str(Path(__file__).resolve().parent))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "start method forkserver" in result.stdout, result.stderr
+    assert "vec.start_method=forkserver: jax is imported" in result.stderr

@@ -42,6 +42,8 @@ def describe(env_cfg) -> str:
     target = str(env_cfg.get("_target_", ""))
     if target.startswith("puffer.envs.ocean."):
         return "ocean/" + target.rsplit(".", 1)[-1].lower()
+    if target and not target.startswith("puffer.envs."):  # the user's own maker: its id means nothing
+        return target
     name = str(env_cfg.get("id") or env_cfg.get("game") or env_cfg.get("module") or target)
     kwargs = env_cfg.get("kwargs") or {}
     if kwargs:  # e.g. LunarLander-v3(continuous=True): another task under the same id
@@ -54,12 +56,20 @@ def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps
                    max_sequence_length: int = SEQUENCE_LENGTH) -> GymnasiumPufferEnv:
     try:
         env = gymnasium.make(id, render_mode=render_mode, **(kwargs or {}))
+    except (gymnasium.error.NameNotFound, gymnasium.error.NamespaceNotFound) as exc:
+        hint = ("; an env that a package registers when imported is named with the package first, "
+                "env.id=<package>:<id> (e.g. minigrid:MiniGrid-Empty-5x5-v0)") if ":" not in id else ""
+        raise ConfigError(f"env.id={id!r}: gymnasium cannot make it ({exc}){hint}") from exc
     except gymnasium.error.Error as exc:
         raise ConfigError(f"env.id={id!r}: gymnasium cannot make it ({exc})") from exc
     except ModuleNotFoundError as exc:  # the module of a `module:Env-v0` id
-        module = id.split(":", 1)[0] if ":" in id else exc.name
-        raise ConfigError(f"env.id={id!r}: cannot import {module!r}, the module before the colon that "
-                          "registers the env; install the package that provides it") from exc
+        if ":" in id:
+            raise ConfigError(f"env.id={id!r}: cannot import {id.split(':', 1)[0]!r}, the module before the "
+                              "colon that registers the env; install the package that provides it") from exc
+        raise ConfigError(f"env.id={id!r}: making it failed, a module it needs is missing ({exc})") from exc
+    except Exception as exc:  # the env's own constructor failed: its error, named once
+        raise ConfigError(f"env.id={id!r}: making it failed ({type(exc).__name__}: {exc}); "
+                          "HYDRA_FULL_ERROR=1 shows where") from exc
     for index, wrapper in enumerate(wrappers or []):
         env = wrap(env, wrapper, f"env.wrappers[{index}]")
     return GymnasiumPufferEnv(env=env, validate_steps=validate_steps, max_sequence_length=max_sequence_length)
@@ -83,16 +93,24 @@ def wrap(env, wrapper, key: str):
     return cls(env, **{name: tuple(value) if isinstance(value, list) else value for name, value in spec.items()})
 
 
+def pettingzoo_install(module: str) -> str:
+    """What installs a PettingZoo module's family: puffer's extra for the butterfly family and
+    the multi-particle envs, PettingZoo's own extra for the others (sisl, classic, ...)."""
+    parts = module.split(".")
+    if parts[0] == "mpe2" or parts[1:2] == ["butterfly"]:
+        return "pip install 'puffer[pettingzoo]'"
+    if parts[0] == "pettingzoo" and len(parts) > 1:
+        return f"pip install 'pettingzoo[{parts[1]}]'"
+    return f"install the package that provides {parts[0]}"
+
+
 def make_pettingzoo(module: str, kwargs: dict[str, Any] | None = None,
                     validate_steps: int = 1000, render_mode: str | None = None,
                     max_sequence_length: int = SEQUENCE_LENGTH) -> PettingZooPufferEnv | TurnBasedPufferEnv:
     try:
         env_module = importlib.import_module(module)
     except ImportError as exc:
-        raise ConfigError(
-            f"env.module={module!r}: cannot import it ({exc}); PettingZoo families need their "
-            "extra, e.g. pip install 'pettingzoo[butterfly]'"
-        ) from exc
+        raise ConfigError(f"env.module={module!r}: cannot import it ({exc}); {pettingzoo_install(module)}") from exc
     extra = {"render_mode": render_mode} if render_mode is not None else {}
     if hasattr(env_module, "parallel_env"):
         return PettingZooPufferEnv(env=env_module.parallel_env(**(kwargs or {}), **extra),

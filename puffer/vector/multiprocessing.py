@@ -39,6 +39,7 @@ import pickle
 import select
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -129,6 +130,10 @@ class Multiprocessing(VecEnv):
             "seed": ((2,), np.int64),  # [seed, whether a seed was given]
         })
         layout, nbytes = shared_layout(specs)
+        reason = _fork_unsafe_reason() if start_method is None else None
+        if reason is not None:  # a forked child of such a process can hang before its first line
+            log.info("vec.start_method=forkserver: %s in this process, which forked workers could hang on", reason)
+            start_method = "forkserver"
         ctx = self._ctx = mp.get_context(start_method)
         self._raw = ctx.RawArray(ctypes.c_byte, nbytes)
         shared = shared_views(self._raw, layout)
@@ -479,14 +484,30 @@ class Multiprocessing(VecEnv):
                     f"{self.worker_label(w, detail=f'pid {process.pid}')} {died}{self.after_restarts()}")
 
 
+    def _stuck_starting(self, w: int, now: float) -> None:
+        """A worker that has not started and built its envs within step_timeout: closed, and an
+        error that names what usually causes it."""
+        method = self._ctx.get_start_method()
+        hint = ("; a worker forked from a process whose threads held a lock (JAX, TensorFlow, CUDA, "
+                "a library's thread pool) waits for it forever: vec.start_method=forkserver or spawn "
+                "starts workers from a fresh interpreter" if method == "fork" else "")
+        message = (f"{self.worker_label(w)} has been starting (building its envs) for "
+                   f"{now - self._sent_at[w]:.0f} s (vec.step_timeout={self.step_timeout:g}, "
+                   f"vec.start_method={method}){hint}")
+        self.close()
+        raise WorkerError(message)
+
     def _check_stuck(self) -> None:
-        """Raise, naming the worker, its envs and where it is, if a command (building envs
-        aside) has run past `step_timeout`."""
+        """Raise, naming the worker, its envs and where it is, if a command (its start and the
+        building of its envs too) has run past `step_timeout`."""
         if self.step_timeout is None:
             return
         now = time.monotonic()
         for w in sorted(self._in_flight & self._processes.keys()):
-            if self._command_of[w] == BUILD or now - self._sent_at[w] < self.step_timeout:
+            if now - self._sent_at[w] < self.step_timeout:
+                continue
+            if self._command_of[w] == BUILD:
+                self._stuck_starting(w, now)
                 continue
             process = self._processes[w]
             stack_path = os.path.join(self._stack_dir, f"worker-{w}.txt")
@@ -508,6 +529,23 @@ class Multiprocessing(VecEnv):
                 continue
             self.close()
             raise WorkerError(stuck + self.after_restarts())
+
+
+# Libraries that start thread pools at import and are known to hang forked children (JAX warns
+# "os.fork() is incompatible with multithreaded code, and JAX is multithreaded").
+FORK_UNSAFE_MODULES = ("jax", "jaxlib", "tensorflow")
+
+
+def _fork_unsafe_reason() -> str | None:
+    """Why forking this process could hang its children: a library that runs threads of its own
+    (and holds their locks at any moment) is imported, or CUDA is initialized. None otherwise."""
+    for module in FORK_UNSAFE_MODULES:
+        if module in sys.modules:
+            return f"{module} is imported"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA is initialized"
+    return None
 
 
 def _status(pid: int) -> str:

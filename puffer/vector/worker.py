@@ -7,10 +7,12 @@ envs when it steps them itself). What does not: the main process's side (Multipr
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import pickle
 import signal
+import sys
 import time
 import traceback
 
@@ -68,6 +70,19 @@ def alive(pid: int) -> bool:
     return True
 
 
+def end_with_parent() -> None:
+    """Linux: the kernel kills this worker when the process that started it dies, wherever the
+    worker is, even stuck in an env's constructor (the loop below also watches its parent, but
+    only between commands)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl: the loop's parent watch remains
+        return
+
+
 def worker_loop(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, done, messages,
             parent_pid, agents_per_env, spin_s, stack_dir=None):
     # Ctrl-C, SIGTERM and SIGUSR1 reach the whole process group (a terminal, SLURM, GNU timeout,
@@ -75,6 +90,7 @@ def worker_loop(worker_id, creators, env_args, env_kwargs, first, raw, layout, g
     # it, then goes on or closes us. SIGUSR1's default action would end us.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(signum, signal.SIG_IGN)
+    end_with_parent()
     # Our parent: the main process, or under forkserver the fork server, which ends with it.
     watched = os.getppid()
     if stack_dir is not None:  # where SIGUSR2 makes us write our stack when we seem stuck

@@ -26,6 +26,7 @@ from gymnasium import spaces
 from puffer import checkpoint, model_file, trust
 from puffer.actions import ActionLayout
 from puffer.models import ActionDist
+from puffer.padding import AgentPadding
 from puffer.spaces import ObsLayout, get_path
 
 
@@ -35,12 +36,18 @@ class Agent:
     `act(obs)` takes one native observation or a batch of them (each leaf with a leading batch
     dimension) and returns the native action, or a list/array of them for a batch. A recurrent
     policy keeps its state between calls, per batch row: pass `episode_start` (a bool per row)
-    when an episode begins, or call `reset()`."""
+    when an episode begins, or call `reset()`.
+
+    For a multi-agent env whose agents have different spaces (`agent_spaces`, e.g. MPE
+    simple_adversary), `act` takes what the env returns, a dict of each agent's own observation,
+    and returns a dict of each agent's own action (the agents it was given, in the env's order
+    for a recurrent state)."""
 
     def __init__(self, policy: torch.nn.Module, observation_space: spaces.Space,
                  action_space: spaces.Space, native_action_space: spaces.Space | None = None,
                  config: dict | None = None, device: str | torch.device = "cpu",
-                 training: dict | None = None):
+                 training: dict | None = None,
+                 agent_spaces: dict[str, tuple[spaces.Space, spaces.Space]] | None = None):
         self.device = torch.device(device)
         self.policy = policy.to(self.device).eval()
         self.observation_space = observation_space  # flat, as the policy sees it
@@ -53,14 +60,20 @@ class Agent:
         self.dist = ActionDist(action_space)
         self.recurrent = getattr(policy, "is_recurrent", False)
         self.state = None
+        self.agent_spaces = agent_spaces
+        self.padding = (AgentPadding("agent", list(agent_spaces), {a: o for a, (o, _) in agent_spaces.items()},
+                                     {a: act for a, (_, act) in agent_spaces.items()}) if agent_spaces else None)
 
     @classmethod
     def from_env(cls, policy: torch.nn.Module, env, config: dict | None = None, device="cpu",
                  training: dict | None = None) -> Agent:
         """The agent of `policy` for a puffer env (or a vector env's driver env)."""
         layout = getattr(env, "action_layout", None)
+        padding = getattr(env, "padding", None)
+        agent_spaces = ({agent: (padding.observation_spaces[agent], padding.action_spaces[agent])
+                         for agent in padding.agents} if padding is not None else None)
         return cls(policy, env.single_observation_space, env.single_action_space,
-                   layout.space if layout is not None else None, config, device, training)
+                   layout.space if layout is not None else None, config, device, training, agent_spaces)
 
     # -- acting ------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -69,6 +82,8 @@ class Agent:
 
     @torch.inference_mode()
     def act(self, obs: Any, deterministic: bool = True, episode_start=None):
+        if self.padding is not None and isinstance(obs, dict) and obs and set(obs) <= set(self.padding.agents):
+            return self._act_per_agent(obs, deterministic, episode_start)
         rows, batched = self.flatten(obs)
         obs_t = torch.from_numpy(rows).to(self.device)
         if self.recurrent:
@@ -86,6 +101,15 @@ class Agent:
         if not batched:
             return native[0]
         return np.asarray(native) if not isinstance(native[0], (dict, tuple)) else native
+
+    def _act_per_agent(self, obs: dict, deterministic: bool, episode_start) -> dict:
+        """Each agent's own observation in its padded row, one batch, each row's action back in
+        its agent's own space."""
+        agents = [agent for agent in self.padding.agents if agent in obs]
+        padded = [self.padding.observation(agent, obs[agent], check=True) for agent in agents]
+        batch = {key: np.stack([row[key] for row in padded]) for key in padded[0]}
+        actions = self.act(batch, deterministic, episode_start)
+        return {agent: self.padding.action(agent, action) for agent, action in zip(agents, actions, strict=True)}
 
     def flatten(self, obs: Any) -> tuple[np.ndarray, bool]:
         """Native observation(s) -> (flat rows the policy takes, whether a batch was given)."""
@@ -114,7 +138,7 @@ class Agent:
         """A model file (model.safetensors): what `load` needs, written atomically, data only."""
         return model_file.save(path, model_file.ModelFile(
             self.policy.state_dict(), self.config or {}, self.observation_space, self.action_space,
-            self.native_action_space, self.training))
+            self.native_action_space, self.training, self.agent_spaces))
 
 
 LEGACY_MODEL = "model.pt"  # the pickled model file of puffer before model.safetensors
@@ -145,9 +169,10 @@ def load(path: str | Path, device: str = "cpu", trust_code: bool = False) -> Age
         saved = model_file.read(file, where, device)
         config, spaces_, weights, training = (saved.config, (saved.observation_space, saved.action_space,
                                               saved.native_action_space), saved.state_dict, saved.training)
+        agent_spaces = saved.agent_spaces
     else:
         state = checkpoint.read(file, where, map_location=device, trust_code=trust_code, envs=False)
-        config, weights = checkpoint.saved_config(state) or {}, state["policy"]
+        config, weights, agent_spaces = checkpoint.saved_config(state) or {}, state["policy"], None
         training = {"global_step": state.get("global_step"), "epoch": state.get("epoch"),
                     "wall_seconds": state.get("train_seconds")}
         training = {key: value for key, value in training.items() if value is not None}
@@ -156,7 +181,7 @@ def load(path: str | Path, device: str = "cpu", trust_code: bool = False) -> Age
             spaces_ = state["observation_space"], state["action_space"], state["native_action_space"]
     trust.check_targets(config, f"{where} ({file})", trust_code)
     if spaces_ is None:  # an epoch checkpoint: the spaces come from building the run's env once
-        spaces_ = spaces_from_config(config)
+        *spaces_, agent_spaces = spaces_from_config(config, agents=True)
     policy = build_policy(config["policy"], spaces_[0], spaces_[1])
     policy.load_state_dict(weights)
-    return Agent(policy, *spaces_, config=config, device=device, training=training)
+    return Agent(policy, *spaces_, config=config, device=device, training=training, agent_spaces=agent_spaces)

@@ -43,6 +43,9 @@ class ModelFile:
     action_space: spaces.Space
     native_action_space: spaces.Space
     training: dict[str, Any] = field(default_factory=dict)
+    # Agents whose spaces differ (puffer.padding): each agent's own observation and action space,
+    # in the env's agent order, so that the agent takes and returns them per agent.
+    agent_spaces: dict[str, tuple[spaces.Space, spaces.Space]] | None = None
 
 
 def save(path: str | Path, model: ModelFile) -> Path:
@@ -54,6 +57,9 @@ def save(path: str | Path, model: ModelFile) -> Path:
               "observation_space": space_json.to_json(model.observation_space),
               "action_space": space_json.to_json(model.action_space),
               "native_action_space": space_json.to_json(model.native_action_space)}
+    if model.agent_spaces is not None:
+        header["agent_spaces"] = [[agent, space_json.to_json(obs), space_json.to_json(act)]
+                                  for agent, (obs, act) in model.agent_spaces.items()]
     # safetensors refuses tensors that share memory or are views: every one its own copy
     tensors = {name: value.detach().to("cpu").contiguous().clone() for name, value in model.state_dict.items()}
     write_atomic(path, [to_bytes(tensors, metadata={"puffer": json.dumps(header)})], what="model file")
@@ -77,10 +83,15 @@ def read(path: str | Path, key: str = "path", device: str | torch.device = "cpu"
         header = json.loads(metadata["puffer"])
         if header.get("format") != FORMAT:
             raise ValueError(f"format {header.get('format')!r}, expected {FORMAT!r}")
+        agent_spaces = header.get("agent_spaces")
+        if agent_spaces is not None:
+            agent_spaces = {agent: (space_json.from_json(obs), space_json.from_json(act))
+                            for agent, obs, act in agent_spaces}
         return ModelFile(tensors, header["config"],
                          space_json.from_json(header["observation_space"]),
                          space_json.from_json(header["action_space"]),
-                         space_json.from_json(header["native_action_space"]), header.get("training") or {})
+                         space_json.from_json(header["native_action_space"]), header.get("training") or {},
+                         agent_spaces)
     except (KeyError, ValueError, TypeError) as exc:
         raise CheckpointError(errno.EINVAL, f"{where} is a safetensors file but not a puffer model "
                               f"({exc!r})") from None

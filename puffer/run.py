@@ -100,13 +100,20 @@ def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module
     return policy
 
 
-def spaces_from_config(config: dict) -> tuple:
-    """(flat observation, flat action, native action) spaces of a run's env, built once."""
+def spaces_from_config(config: dict, agents: bool = False) -> tuple:
+    """(flat observation, flat action, native action) spaces of a run's env, built once; with
+    `agents`, also each agent's own (observation, action) spaces where the agents' differ (None
+    where they do not)."""
     env = make_env_creator(OmegaConf.create(config), evaluation=True)()
     try:
         layout = getattr(env, "action_layout", None)
-        return (env.single_observation_space, env.single_action_space,
-                layout.space if layout is not None else env.single_action_space)
+        found = (env.single_observation_space, env.single_action_space,
+                 layout.space if layout is not None else env.single_action_space)
+        if not agents:
+            return found
+        padding = getattr(env, "padding", None)
+        return (*found, {agent: (padding.observation_spaces[agent], padding.action_spaces[agent])
+                         for agent in padding.agents} if padding is not None else None)
     finally:
         env.close()
 

@@ -136,3 +136,28 @@ def test_an_agent_trained_with_the_mission_text_acts_on_native_minigrid_observat
              "mission": [obs["mission"], "get to the green goal square"]}
     assert len(result.agent.act(batch)) == 2
     env.close()
+
+
+def test_an_agent_of_agents_with_different_spaces_takes_and_returns_them_per_agent(make_cfg, tmp_path):
+    """MPE simple_adversary: the adversary sees 8 numbers, the good agents 10; the env's own dict
+    of observations in, a dict of each agent's own action out (from the model file and from a
+    checkpoint alike)."""
+    pytest.importorskip("mpe2")
+    import importlib
+
+    from puffer.run import run
+
+    run(make_cfg("env=pettingzoo/simple_adversary", "vec.num_envs=2", "train.total_timesteps=400",
+                 "train.num_steps=25", "eval.episodes=0"), tmp_path)
+    env = importlib.import_module("mpe2.simple_adversary_v3").parallel_env(max_cycles=25)
+    for path in (tmp_path, sorted((tmp_path / "checkpoints").glob("*.pt"))[-1]):
+        agent = puffer.load(path)
+        observations, _ = env.reset(seed=0)
+        for _ in range(5):
+            actions = agent.act(observations)
+            assert set(actions) == set(observations)
+            assert all(env.action_space(name).contains(action) for name, action in actions.items())
+            observations, *_ = env.step(actions)
+        partial = {name: observations[name] for name in list(observations)[1:]}  # some agents only
+        assert set(agent.act(partial)) == set(partial)
+    env.close()

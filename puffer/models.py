@@ -103,6 +103,37 @@ class ImageEncoder(nn.Module):
         return self.linear(self.convs(frames.float() / 255.0))
 
 
+SYMBOL_EMBEDDING, SYMBOL_FEATURES, SYMBOL_VOCABULARY = 8, 256, 1 << 16
+
+
+def is_symbol_grid(space: spaces.Space) -> bool:
+    """A 2-d Box of signed or wide integers, each cell one symbol of a bounded set (NetHack's
+    glyph ids, 0..5976 over 21x79): values that name things, not pixel intensities. uint8 grids
+    stay images or floats (MiniGrid's object/colour/state channels train as floats)."""
+    if not (isinstance(space, spaces.Box) and len(space.shape) == 2 and space.dtype.kind in "iu"
+            and space.dtype != np.uint8 and min(space.shape) >= 2):
+        return False
+    low, high = np.min(space.low), np.max(space.high)
+    return 1 < int(high) - int(low) + 1 <= SYMBOL_VOCABULARY
+
+
+class SymbolGridEncoder(nn.Module):
+    """A grid of symbol ids -> features: a learned embedding per symbol (ids from the space's
+    lowest), flattened in grid order, then a linear layer and ReLU."""
+
+    def __init__(self, space: spaces.Box):
+        super().__init__()
+        self.shape = tuple(int(d) for d in space.shape)
+        self.low, vocabulary = int(np.min(space.low)), int(np.max(space.high)) - int(np.min(space.low)) + 1
+        self.embed = nn.Embedding(vocabulary, SYMBOL_EMBEDDING)
+        self.project = nn.Sequential(
+            layer_init(nn.Linear(int(np.prod(self.shape)) * SYMBOL_EMBEDDING, SYMBOL_FEATURES)), nn.ReLU())
+
+    def forward(self, grid: torch.Tensor) -> torch.Tensor:
+        ids = (grid.long() - self.low).clamp(0, self.embed.num_embeddings - 1)
+        return self.project(self.embed(ids).flatten(1))
+
+
 TEXT_EMBEDDING, TEXT_FEATURES = 16, 64
 
 
@@ -131,23 +162,30 @@ class ObsEncoder(nn.Module):
         super().__init__()
         native = getattr(observation_space, "native", None)
         self.layout = ObsLayout(native) if native is not None else None
-        self.image = None
+        self.image = None  # the encoder of a top-level image or symbol grid
         if self.layout is None:
+            kind = "flat"
             if is_image(observation_space):
-                self.image = ImageEncoder(observation_space.shape)
+                kind, self.image = "cnn", ImageEncoder(observation_space.shape)
                 self.out_dim = IMAGE_FEATURES
+            elif is_symbol_grid(observation_space):
+                kind, self.image = "embedding", SymbolGridEncoder(observation_space)
+                self.out_dim = SYMBOL_FEATURES
             else:
                 self.out_dim = int(np.prod(observation_space.shape))
-            self.leaves = [("obs", "cnn" if self.image is not None else "flat", self.out_dim)]
+            self.leaves = [("obs", kind, self.out_dim)]
             return
         self.encoders = []
         self.out_dim = 0
-        self.cnns = nn.ModuleList()  # one small Nature torso per image leaf
+        self.cnns = nn.ModuleList()  # one small Nature torso per image leaf (or embedding per symbol grid)
         self.texts = nn.ModuleList()  # one character embedding per text leaf
         for leaf in self.layout.leaves:
             if is_image(leaf.space):
                 encode = ("cnn", [IMAGE_FEATURES], len(self.cnns))
                 self.cnns.append(ImageEncoder(leaf.shape))
+            elif is_symbol_grid(leaf.space):
+                encode = ("embedding", [SYMBOL_FEATURES], len(self.cnns))
+                self.cnns.append(SymbolGridEncoder(leaf.space))
             elif isinstance(leaf.space, spaces.Text):
                 encode = ("text", [TEXT_FEATURES], len(self.texts))
                 self.texts.append(TextEncoder(len(leaf.space.character_set), leaf.size))
@@ -174,7 +212,7 @@ class ObsEncoder(nn.Module):
             return obs.reshape(batch, -1).float()
         parts = []
         for (kind, sizes, starts), value in zip(self.encoders, self.layout.leaf_values(obs), strict=True):
-            if kind == "cnn":
+            if kind in ("cnn", "embedding"):
                 parts.append(self.cnns[starts](value.reshape(batch, *self.cnns[starts].shape)))
                 continue
             value = value.reshape(batch, -1)

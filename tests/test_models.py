@@ -183,3 +183,23 @@ def test_the_run_log_names_the_encoder_and_the_parameter_count(make_cfg, tmp_pat
     caplog.set_level(logging.INFO, logger="puffer")
     run(make_cfg("train.total_timesteps=256", "train.num_steps=32", "eval.episodes=0"), tmp_path)
     assert "policy: Default (obs: flat -> 4), 9,155 parameters" in caplog.text
+
+
+def test_an_integer_grid_of_symbols_gets_an_embedding_not_a_pixel_cnn():
+    """NetHack's glyphs: 21x79 ids of 5,977 symbols, as int16. Read as an image, the CNN took
+    them as intensities; as floats, an MLP took id 2,000 as twice id 1,000."""
+    from puffer.models import ObsEncoder, SymbolGridEncoder
+
+    glyphs = spaces.Box(0, 5976, (21, 79), np.int16)
+    encoder = ObsEncoder(glyphs)
+    assert encoder.describe() == "obs: embedding -> 256" and isinstance(encoder.image, SymbolGridEncoder)
+    grid = torch.zeros((2, 21, 79), dtype=torch.int16)
+    grid[1, 3, 4] = 5976  # one cell holds another symbol: the features differ
+    features = encoder(grid)
+    assert features.shape == (2, 256) and not torch.equal(features[0], features[1])
+    # inside a Dict too, beside other leaves; a uint8 grid (MiniGrid's channels) stays floats
+    nested = spaces.Dict({"glyphs": glyphs, "grid": spaces.Box(0, 255, (7, 7, 3), np.uint8)})
+    from puffer.spaces import ObsLayout
+
+    assert ObsEncoder(ObsLayout(nested).flat_space).describe() == (
+        "obs['glyphs']: embedding -> 256, obs['grid']: float -> 147")

@@ -22,7 +22,8 @@ what the zoo's PPO does not reach at its budget, the figure of puffer issue 32: 
 puffer and SB3 runs of one seed go side by side with --jobs 2 (the default), so both see the
 same load; both get one torch thread (the thread policy's pick for these MLPs). Needs
 `pip install stable-baselines3` for the reference. Each run's result is kept in --out (default
-outputs/time_to_score): a second call only runs what is missing.
+outputs/time_to_score), keyed by puffer's composed settings: a second call only runs what is
+missing.
 
 Prints per env: the threshold, each side's median time to score over seeds with the runs'
 [min, max] (censored runs count at their budget; `n/N` runs reached the score), median steps to
@@ -79,14 +80,28 @@ def puffer_run(config: str, seed: int, steps: int, checkpoints: int, run_dir: Pa
     subprocess.run(args, cwd=ROOT, check=True, capture_output=True, text=True)
 
 
-def puffer_epoch_steps(config: str, overrides) -> int:
+def composed(config: str, overrides):
     from hydra import compose, initialize_config_dir
 
     from puffer.config import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"env={config}", *overrides])
+        return compose(config_name="config", overrides=[f"env={config}", *overrides])
+
+
+def puffer_epoch_steps(config: str, overrides) -> int:
+    cfg = composed(config, overrides)
     return cfg.vec.num_envs * cfg.train.num_steps
+
+
+def puffer_tag(config: str, overrides) -> str:
+    """What makes a puffer run another: its composed env, vec, policy and train settings (the
+    shipped config as it is now, with the overrides)."""
+    from omegaconf import OmegaConf
+
+    cfg = composed(config, overrides)
+    settings = OmegaConf.to_yaml({key: cfg[key] for key in ("env", "vec", "policy", "train")}, resolve=True)
+    return hashlib.sha1(settings.encode()).hexdigest()[:8]
 
 
 def puffer_evaluate(run_dir: Path, seed: int) -> list[dict]:
@@ -200,8 +215,8 @@ def job(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir
     (run_dir / "points.json").write_text(json.dumps({"wall": wall, "points": points}))
 
 
-def result(out: Path, kind: str, config: str, seed: int, steps: int, checkpoints: int, overrides) -> dict:
-    tag = hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8] if kind == "puffer" and overrides else ""
+def result(out: Path, kind: str, config: str, seed: int, steps: int, checkpoints: int, overrides,
+           tag: str = "") -> dict:
     run_dir = out / f"{kind}-{config.replace('/', '-')}-{seed}-{steps}-{checkpoints}{'-' + tag if tag else ''}"
     points = run_dir / "points.json"
     if not points.exists():
@@ -255,9 +270,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     kinds = ["puffer", "sb3"] if args.reference == "sb3" else ["puffer"]
     steps_of = {config: args.steps or SUITE[config][3] for config in args.envs}
+    tags = {config: puffer_tag(config, args.overrides) for config in args.envs}  # composed here, once
     runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {run: pool.submit(result, out, *run, steps_of[run[1]], args.checkpoints, args.overrides)
+        futures = {run: pool.submit(result, out, *run, steps_of[run[1]], args.checkpoints, args.overrides,
+                                    tags[run[1]] if run[0] == "puffer" else "")
                    for run in runs}
         records = {run: future.result() for run, future in futures.items()}
     rows = []

@@ -122,9 +122,9 @@ def result(out: Path, kind: str, config: str, seed: int, steps: int, overrides=(
     return record
 
 
-def sb3_job(config: str, seed: int, steps: int) -> None:
-    """Train SB3 PPO with the zoo's settings, evaluate like puffer does, print the mean return."""
-    import gymnasium as gym
+def sb3_setup(config: str, seed: int):
+    """(SB3 PPO with the zoo's settings for `config`, untrained; its vector env; whether the zoo
+    normalizes it with VecNormalize), one torch thread."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
@@ -143,7 +143,16 @@ def sb3_job(config: str, seed: int, steps: int) -> None:
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
     if normalize:
         venv = VecNormalize(venv, gamma=zoo.get("gamma", 0.99))
-    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", **zoo).learn(steps)
+    return PPO("MlpPolicy", venv, seed=seed, device="cpu", **zoo), venv, normalize
+
+
+def sb3_job(config: str, seed: int, steps: int) -> None:
+    """Train SB3 PPO with the zoo's settings, evaluate like puffer does, print the mean return."""
+    import gymnasium as gym
+
+    _, env_id, kwargs, _, _ = SUITE[config]
+    model, venv, normalize = sb3_setup(config, seed)
+    model.learn(steps)
     returns = []
     for episode in range(EVAL_EPISODES):
         env = gym.make(env_id, **kwargs)

@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
-from learn_suite import SUITE  # noqa: E402
+from learn_suite import SUITE, sb3_setup  # noqa: E402
 
 from puffer.stats import t_interval  # noqa: E402
 
@@ -128,25 +128,9 @@ def puffer_evaluate(run_dir: Path, seed: int) -> list[dict]:
 def sb3_run(config: str, seed: int, steps: int, checkpoints: int, run_dir: Path) -> None:
     """Train SB3 PPO with the zoo's settings, saving every `steps / checkpoints` steps with the
     training seconds so far (the saving itself not counted)."""
-    import torch
-    from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize
 
-    torch.set_num_threads(1)
-    _, env_id, kwargs, _, zoo = SUITE[config]
-    zoo = dict(zoo)
-    normalize, n_envs = zoo.pop("normalize", False), zoo.pop("n_envs")
-    for key in ("learning_rate", "clip_range"):
-        if isinstance(zoo.get(key), str):  # lin_X: linear decay to 0, as the zoo parses it
-            start = float(zoo[key].removeprefix("lin_"))
-            zoo[key] = lambda progress, start=start: progress * start
-    if "policy_kwargs" in zoo:
-        zoo["policy_kwargs"] = {**zoo["policy_kwargs"], "activation_fn": torch.nn.ReLU}
-    venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
-    if normalize:
-        venv = VecNormalize(venv, gamma=zoo.get("gamma", 0.99))
+    model, venv, normalize = sb3_setup(config, seed)
     every = max(1, steps // checkpoints)
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -168,7 +152,7 @@ def sb3_run(config: str, seed: int, steps: int, checkpoints: int, run_dir: Path)
             return True
 
     saver = Saver()
-    PPO("MlpPolicy", venv, seed=seed, device="cpu", **zoo).learn(steps, callback=saver)
+    model.learn(steps, callback=saver)
     (run_dir / "saved.json").write_text(json.dumps(saver.saved))
 
 

@@ -36,7 +36,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 # Absolute, so that a console script and an installed wheel find the configs too.
 @hydra.main(version_base="1.3", config_path=str(puffer.config.CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float | tuple[float, ...]:
     from puffer.run import run
 
     try:
@@ -46,7 +46,10 @@ def main(cfg: DictConfig) -> float:
             raise
         log.error("%s: %s\n(HYDRA_FULL_ERROR=1 shows the traceback)", type(exc).__name__, exc)
         sys.exit(2)
-    # The objective a sweeper (e.g. Optuna) maximises.
+    # The objective(s) a sweeper (e.g. Optuna) optimises: the keys `objective` names (a
+    # multi-objective search), else the first of these there is.
+    if cfg.objective:
+        return tuple(float(metrics.get(key, float("nan"))) for key in cfg.objective)
     for key in ("eval/return_mean", "env/episode_return", "benchmark/sps", "perf/sps"):
         if key in metrics:
             return float(metrics[key])

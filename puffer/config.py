@@ -105,6 +105,10 @@ class RuntimeConfig:
     amp: str | None = None
     # Seconds between progress lines when stdout is not a terminal.
     log_interval: float = 5.0
+    # Stop training after the first epoch that ends this many seconds of training in (then save,
+    # evaluate, as at the end); null: train.total_timesteps alone decides. A time-to-score search
+    # bounds what a hopeless trial costs with it.
+    max_seconds: float | None = None
 
 
 @dataclass
@@ -128,6 +132,10 @@ class EvalConfig:
     # Show the deterministic evaluation episodes live in a window (render_mode='human'); needs
     # a display. mode=eval checkpoint=<run> eval.watch=true is rl-zoo's `enjoy`.
     watch: bool = False
+    # The episode return that counts as solved, for perf/time_to_score_s (the training seconds
+    # until an epoch's episodes reach it on average, with the stochastic policy); null: the env's
+    # registered reward_threshold (gymnasium's spec: CartPole-v1 475), or none.
+    score: float | None = None
 
 
 @dataclass
@@ -351,6 +359,10 @@ class RunConfig:
     # mode=eval and mode=export: the checkpoint, run directory, agent folder or `latest` whose
     # policy is evaluated or exported.
     checkpoint: str | None = None
+    # What `python -m puffer` returns to a sweeper: null, the evaluation return (or the first of
+    # env/episode_return, benchmark/sps, perf/sps there is); or a list of metric keys for a
+    # multi-objective search, e.g. [eval/return_mean, perf/time_to_score_s].
+    objective: list[str] | None = None
     # Load files that can run code: checkpoints not signed by this user's key (resume unpickles
     # the envs inside them), pickled model.pt files of older runs, model files whose config names
     # code outside puffer. Only for files from someone you trust (puffer.trust).
@@ -568,6 +580,8 @@ def _check_runtime(r) -> None:
         _require(r[key] >= 0, f"runtime.{key}", r[key], "an integer >= 0 (0 picks for the machine)")
     _require(r.amp in (None, "bf16"), "runtime.amp", r.amp, "bf16 or null")
     _require(r.log_interval >= 0, "runtime.log_interval", r.log_interval, "a number >= 0")
+    _require(r.max_seconds is None or r.max_seconds > 0, "runtime.max_seconds", r.max_seconds,
+             "seconds > 0 or null")
 
 
 def algorithm_class(target: str) -> type:

@@ -263,19 +263,22 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         logger = make_logger(cfg, run_dir, hydra_job_info()) if ctx.is_main else Logger()
         progress = ProgressReporter(cfg, interval=cfg.runtime.log_interval) if ctx.is_main else None
         algorithm = algorithm_class(train_cfg._target_)
+        score_watch = ScoreWatch(env_score(cfg))
         trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=seed,
                             runtime=OmegaConf.to_object(cfg.runtime), logger=logger,
                             run_dir=None if profiling else run_dir, progress=progress,
                             full_config=OmegaConf.to_container(cfg, resolve=True),
                             profiler=Profiler(device, sync=sync),
-                            epoch_hooks=[training_videos(cfg, make_env_creator(cfg, evaluation=True), device,
-                                                         run_dir, logger)]
-                            if cfg.eval.video_interval and not profiling and ctx.is_main else [])
+                            epoch_hooks=[score_watch, *([training_videos(cfg, make_env_creator(cfg, evaluation=True),
+                                                                         device, run_dir, logger)]
+                                                        if cfg.eval.video_interval and not profiling and ctx.is_main
+                                                        else [])])
         if resume is not None:
             trainer.load_state_dict(resume_state)
             log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,
                      trainer.global_step)
         metrics = train_until_done(trainer, cfg.profile.torch_trace and profiling, run_dir)
+        metrics.update(score_watch.metrics(trainer))
         if not ctx.is_main:
             return metrics
         progress.close()
@@ -293,7 +296,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
                               .save(run_dir / model_file.NAME))  # W&B: the final model as an artifact
         metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device,
                                         run_dir, logger))
-        evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        evaluation = {k: v for k, v in metrics.items()
+                      if k.startswith("eval/") or k in ("perf/scored", "perf/time_to_score_s", "perf/steps_to_score")}
         if evaluation:
             logger.log(evaluation, trainer.global_step)
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
@@ -313,6 +317,47 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
             logger.close()
         if ctx.enabled:
             distributed.shutdown()
+
+
+def env_score(cfg: DictConfig) -> float | None:
+    """eval.score, else the env's registered reward_threshold (gymnasium's spec), else None."""
+    if cfg.eval.score is not None:
+        return float(cfg.eval.score)
+    env_id = cfg.env.get("id") if "id" in cfg.env else None
+    if not env_id:
+        return None
+    import gymnasium
+
+    try:
+        threshold = gymnasium.spec(str(env_id)).reward_threshold
+    except gymnasium.error.Error:
+        return None
+    return None if threshold is None else float(threshold)
+
+
+class ScoreWatch:
+    """The epoch hook of time to score: the training seconds and steps at the end of the first
+    epoch whose finished episodes return `score` or more on average (the stochastic policy of
+    training; bench/time_to_score.py evaluates the deterministic one off the clock)."""
+
+    def __init__(self, score: float | None):
+        self.score, self.seconds, self.step = score, None, None
+
+    def __call__(self, trainer) -> None:
+        episode_return = trainer.last_metrics.get("env/episode_return")
+        if self.score is not None and self.seconds is None and episode_return is not None \
+                and episode_return >= self.score:
+            self.seconds, self.step = trainer.train_seconds, trainer.global_step
+
+    def metrics(self, trainer) -> dict[str, float]:
+        """perf/time_to_score_s (censored at the training's seconds when never reached: see
+        perf/scored), perf/steps_to_score; nothing without a score."""
+        if self.score is None:
+            return {}
+        scored = self.seconds is not None
+        return {"perf/scored": float(scored),
+                "perf/time_to_score_s": self.seconds if scored else trainer.train_seconds,
+                "perf/steps_to_score": float(self.step if scored else trainer.global_step)}
 
 
 def command_line() -> list[str] | None:

@@ -288,9 +288,19 @@ class Trainer:
             self.save_requested = False
             if self.stop_requested and self.epoch < self.num_epochs:
                 raise Stopped(self.stop_requested, saved)
+            if self.epoch < self.num_epochs and self.out_of_time():
+                log.info("runtime.max_seconds=%g reached after epoch %d (global step %d): training ends here",
+                         c.max_seconds, self.epoch, self.global_step)
+                break
         if self.run_dir is not None and not (c.checkpoint_interval and self.epoch % c.checkpoint_interval == 0):
             self.save_checkpoint()
         return dict(self.last_metrics)
+
+    def out_of_time(self) -> bool:
+        """runtime.max_seconds of training spent (under torchrun: by any rank, so that all stop
+        at the same epoch)."""
+        over = self.runtime.max_seconds is not None and self.train_seconds >= self.runtime.max_seconds
+        return distributed.any_rank(over) if self.world.parallel else over
 
     def learning_state(self) -> dict:
         """The weights and optimizer state as they are now (live tensors, not copies)."""

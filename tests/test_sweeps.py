@@ -141,3 +141,33 @@ def test_random_action_benchmark(make_cfg, tmp_path):
 
     results = RLBenchmark({"cartpole": lambda: make_gymnasium("CartPole-v1")}, seconds=0.3, num_envs=2).run()
     assert results["cartpole"]["sps"] > 0
+
+
+def test_a_run_reports_its_time_to_score_and_stops_at_max_seconds(make_cfg, tmp_path):
+    """CartPole-v1's registered reward_threshold (475) is the score unless eval.score says."""
+    from puffer.loggers import read_metrics
+
+    metrics = run(make_cfg("train.total_timesteps=4096", "eval.episodes=2", "eval.score=20"), tmp_path / "a")
+    assert metrics["perf/scored"] == 1.0 and 0 < metrics["perf/time_to_score_s"] <= metrics["perf/wall_s"]
+    assert 0 < metrics["perf/steps_to_score"] <= 4096
+    assert read_metrics(tmp_path / "a" / "metrics.jsonl")[-1]["perf/time_to_score_s"] == metrics["perf/time_to_score_s"]
+    # never reached: censored at the training's seconds; and training ends at max_seconds
+    metrics = run(make_cfg("train.total_timesteps=10000000", "eval.episodes=2", "runtime.max_seconds=2",
+                           "eval.score=1000"), tmp_path / "b")
+    assert metrics["perf/scored"] == 0.0 and metrics["train/epoch"] < 10_000_000 // 256
+    assert 2 <= metrics["perf/time_to_score_s"] < 10
+
+
+def test_the_time_to_score_search_returns_both_objectives_to_optuna(tmp_path):
+    """Two trials of the shipped search: Optuna's multi-objective study gets (return, seconds)
+    from each and writes its Pareto front."""
+    import yaml
+
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    args = [sys.executable, "-m", "puffer", "-m", "+sweep=time_to_score", "hydra.sweeper.n_trials=2",
+            "train.total_timesteps=2048", "eval.episodes=2", f"hydra.sweep.dir={tmp_path}"]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    front = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    assert front["solutions"] and all(len(s["values"]) == 2 for s in front["solutions"])
+    assert {"vec.num_envs", "train.learning_rate"} <= set(front["solutions"][0]["params"])

@@ -296,9 +296,10 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
                               .save(run_dir / model_file.NAME))  # W&B: the final model as an artifact
         metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device,
                                         run_dir, logger))
-        evaluation = {k: v for k, v in metrics.items()
-                      if k.startswith("eval/") or k in ("perf/scored", "perf/time_to_score_s", "perf/steps_to_score")}
-        if evaluation:
+        evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        if evaluation:  # with the time to score beside it (always in the returned metrics)
+            evaluation.update({k: metrics[k] for k in ("perf/scored", "perf/time_to_score_s",
+                                                       "perf/steps_to_score") if k in metrics})
             logger.log(evaluation, trainer.global_step)
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
                  metrics.get("eval/return_mean", float("nan")),

@@ -122,6 +122,28 @@ def result(out: Path, kind: str, config: str, seed: int, steps: int, overrides=(
     return record
 
 
+def suite_parser(doc: str, envs: list[str], jobs: int, out: str) -> argparse.ArgumentParser:
+    """The arguments of the scripts that train puffer beside SB3 on SUITE's envs."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="*", default=envs, help=f"from {list(SUITE)}")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="override every env's budget (the zoo's)")
+    parser.add_argument("--reference", choices=["sb3", "none"], default="sb3")
+    parser.add_argument("--jobs", type=int, default=jobs, help="runs at once (2: puffer beside SB3)")
+    parser.add_argument("--out", default=out, help="where the runs and results go")
+    parser.add_argument("overrides", nargs="*", help="extra overrides for puffer's runs (e.g. train.optimizer=muon)")
+    return parser
+
+
+def suite_run(args) -> tuple[Path, list[str], dict[str, int]]:
+    """(the output folder, made; the kinds of run; each env's steps) from `suite_parser`'s args."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kinds = ["puffer", "sb3"] if args.reference == "sb3" else ["puffer"]
+    return out, kinds, {config: args.steps or SUITE[config][3] for config in args.envs}
+
+
 def sb3_setup(config: str, seed: int):
     """(SB3 PPO with the zoo's settings for `config`, untrained; its vector env; whether the zoo
     normalizes it with VecNormalize), one torch thread."""
@@ -148,45 +170,39 @@ def sb3_setup(config: str, seed: int):
 
 def sb3_job(config: str, seed: int, steps: int) -> None:
     """Train SB3 PPO with the zoo's settings, evaluate like puffer does, print the mean return."""
+    model, venv, normalize = sb3_setup(config, seed)
+    model.learn(steps)
+    print(sb3_evaluate(model, venv if normalize else None, config, seed))
+
+
+def sb3_evaluate(model, normalizer, config: str, seed: int) -> float:
+    """The mean return of an SB3 `model` over EVAL_EPISODES episodes on puffer's evaluation
+    seeds, deterministic; observations normalized by `normalizer` (a VecNormalize, its statistics
+    frozen) where the zoo normalizes."""
     import gymnasium as gym
 
     _, env_id, kwargs, _, _ = SUITE[config]
-    model, venv, normalize = sb3_setup(config, seed)
-    model.learn(steps)
     returns = []
     for episode in range(EVAL_EPISODES):
         env = gym.make(env_id, **kwargs)
         obs, _ = env.reset(seed=seed + EVAL_SEED_OFFSET + episode)
         total, done = 0.0, False
         while not done:
-            if normalize:
-                obs = venv.normalize_obs(obs)  # frozen statistics
-            action, _ = model.predict(obs, deterministic=True)
+            action, _ = model.predict(normalizer.normalize_obs(obs) if normalizer is not None else obs,
+                                      deterministic=True)
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             done = terminated or truncated
         returns.append(total)
-    print(float(np.mean(returns)))
-
+    return float(np.mean(returns))
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--sb3-job":
         sb3_job(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="*", default=list(SUITE), help=f"from {list(SUITE)}")
-    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=None, help="override every env's budget")
-    parser.add_argument("--reference", choices=["sb3", "none"], default="sb3")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (2: puffer beside SB3)")
-    parser.add_argument("--out", default="outputs/learn_suite", help="where the runs and results go")
-    parser.add_argument("overrides", nargs="*", help="extra overrides for puffer's runs (e.g. train.optimizer=muon)")
+    parser = suite_parser(__doc__, list(SUITE), jobs=1, out="outputs/learn_suite")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    kinds = ["puffer", "sb3"] if args.reference == "sb3" else ["puffer"]
-    steps_of = {config: args.steps or SUITE[config][3] for config in args.envs}
+    out, kinds, steps_of = suite_run(args)
     runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {run: pool.submit(result, out, run[0], run[1], run[2], steps_of[run[1]],

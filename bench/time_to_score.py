@@ -33,7 +33,6 @@ of the median times SB3 / puffer.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -48,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
-from learn_suite import SUITE, sb3_setup  # noqa: E402
+from learn_suite import SUITE, sb3_evaluate, sb3_setup, suite_parser, suite_run  # noqa: E402
 
 from puffer.stats import t_interval  # noqa: E402
 
@@ -156,13 +155,11 @@ def sb3_run(config: str, seed: int, steps: int, checkpoints: int, run_dir: Path)
     (run_dir / "saved.json").write_text(json.dumps(saver.saved))
 
 
-def sb3_evaluate(config: str, run_dir: Path, seed: int) -> list[dict]:
-    import gymnasium as gym
+def sb3_points(config: str, run_dir: Path, seed: int) -> list[dict]:
+    """Every saved SB3 model of a run: its step, training seconds and evaluation return."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-
-    from puffer.evaluation import EVAL_SEED_OFFSET
 
     _, env_id, kwargs, _, _ = SUITE[config]
     points = []
@@ -170,20 +167,9 @@ def sb3_evaluate(config: str, run_dir: Path, seed: int) -> list[dict]:
         model = PPO.load(run_dir / saved["name"], device="cpu")
         stats = run_dir / f"{saved['name']}_vecnormalize.pkl"
         norm = VecNormalize.load(str(stats), make_vec_env(env_id, n_envs=1, env_kwargs=kwargs)) if stats.exists() else None
-        returns = []
-        for episode in range(EVAL_EPISODES):
-            env = gym.make(env_id, **kwargs)
-            obs, _ = env.reset(seed=seed + EVAL_SEED_OFFSET + episode)
-            total, done = 0.0, False
-            while not done:
-                action, _ = model.predict(norm.normalize_obs(obs) if norm else obs, deterministic=True)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                total += float(reward)
-                done = terminated or truncated
-            returns.append(total)
-        points.append({"step": saved["step"], "seconds": saved["seconds"], "return": float(np.mean(returns))})
+        points.append({"step": saved["step"], "seconds": saved["seconds"],
+                       "return": sb3_evaluate(model, norm, config, seed)})
     return points
-
 
 # -- running -----------------------------------------------------------------------------------
 def job(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir: Path, overrides) -> None:
@@ -195,7 +181,7 @@ def job(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir
     else:
         sb3_run(config, seed, steps, checkpoints, run_dir)
     wall = time.perf_counter() - started
-    points = puffer_evaluate(run_dir, seed) if kind == "puffer" else sb3_evaluate(config, run_dir, seed)
+    points = puffer_evaluate(run_dir, seed) if kind == "puffer" else sb3_points(config, run_dir, seed)
     (run_dir / "points.json").write_text(json.dumps({"wall": wall, "points": points}))
 
 
@@ -239,21 +225,10 @@ def main() -> None:
         kind, config, seed, steps, checkpoints, run_dir, *overrides = sys.argv[2:]
         job(kind, config, int(seed), int(steps), int(checkpoints), Path(run_dir), overrides)
         return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="*", default=["classic/cartpole"], help=f"from {list(SUITE)}")
-    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=None, help="override every env's budget (the zoo's)")
+    parser = suite_parser(__doc__, ["classic/cartpole"], jobs=2, out="outputs/time_to_score")
     parser.add_argument("--checkpoints", type=int, default=20, help="saved policies per run")
-    parser.add_argument("--reference", choices=["sb3", "none"], default="sb3")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at once (2: puffer beside SB3)")
-    parser.add_argument("--out", default="outputs/time_to_score", help="where the runs and results go")
-    parser.add_argument("overrides", nargs="*", help="extra overrides for puffer's runs")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    kinds = ["puffer", "sb3"] if args.reference == "sb3" else ["puffer"]
-    steps_of = {config: args.steps or SUITE[config][3] for config in args.envs}
+    out, kinds, steps_of = suite_run(args)
     tags = {config: puffer_tag(config, args.overrides) for config in args.envs}  # composed here, once
     runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

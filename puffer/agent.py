@@ -60,9 +60,7 @@ class Agent:
         self.dist = ActionDist(action_space)
         self.recurrent = getattr(policy, "is_recurrent", False)
         self.state = None
-        self.agent_spaces = agent_spaces
-        self.padding = (AgentPadding("agent", list(agent_spaces), {a: o for a, (o, _) in agent_spaces.items()},
-                                     {a: act for a, (_, act) in agent_spaces.items()}) if agent_spaces else None)
+        self.padding = AgentPadding.from_agent_spaces("agent", agent_spaces) if agent_spaces else None
 
     @classmethod
     def from_env(cls, policy: torch.nn.Module, env, config: dict | None = None, device="cpu",
@@ -70,10 +68,9 @@ class Agent:
         """The agent of `policy` for a puffer env (or a vector env's driver env)."""
         layout = getattr(env, "action_layout", None)
         padding = getattr(env, "padding", None)
-        agent_spaces = ({agent: (padding.observation_spaces[agent], padding.action_spaces[agent])
-                         for agent in padding.agents} if padding is not None else None)
         return cls(policy, env.single_observation_space, env.single_action_space,
-                   layout.space if layout is not None else None, config, device, training, agent_spaces)
+                   layout.space if layout is not None else None, config, device, training,
+                   padding.agent_spaces if padding is not None else None)
 
     # -- acting ------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -138,7 +135,8 @@ class Agent:
         """A model file (model.safetensors): what `load` needs, written atomically, data only."""
         return model_file.save(path, model_file.ModelFile(
             self.policy.state_dict(), self.config or {}, self.observation_space, self.action_space,
-            self.native_action_space, self.training, self.agent_spaces))
+            self.native_action_space, self.training,
+            self.padding.agent_spaces if self.padding is not None else None))
 
 
 LEGACY_MODEL = "model.pt"  # the pickled model file of puffer before model.safetensors

@@ -80,18 +80,12 @@ def with_video(cfg: DictConfig, video: bool) -> DictConfig:
 
 
 def can_record(cfg: DictConfig) -> bool:
-    """Whether replay.mp4 can be made: the video extra is installed and the env takes a
-    render_mode; a warning says why not otherwise."""
-    import importlib.util
+    """Whether replay.mp4 can be made (the check a run makes before recording: the video extra,
+    a render_mode, one rendered frame); a warning says why not otherwise."""
+    from puffer.run import check_recording
 
-    from puffer.run import make_env_creator, rendering
-
-    missing = [name for name in ("imageio", "av") if importlib.util.find_spec(name) is None]
-    if missing:
-        log.warning("no replay.mp4: the video extra is not installed (pip install 'puffer[video]')")
-        return False
     try:
-        rendering(make_env_creator(cfg, evaluation=True), key="mode.video")
+        check_recording(cfg, "mode.video")
     except ConfigError as exc:
         log.warning("no replay.mp4: %s", exc)
         return False

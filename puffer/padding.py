@@ -57,6 +57,17 @@ class AgentPadding:
         raise SpaceError(f"{name}: the agents' action spaces differ ({described}); puffer pads them to one "
                          "row only when all are Discrete or all are one-dimensional Box spaces")
 
+    @classmethod
+    def from_agent_spaces(cls, name: str, agent_spaces: dict) -> AgentPadding:
+        """The padding of agents given as {agent: (observation space, action space)}."""
+        return cls(name, list(agent_spaces), {a: obs for a, (obs, _) in agent_spaces.items()},
+                   {a: act for a, (_, act) in agent_spaces.items()})
+
+    @property
+    def agent_spaces(self) -> dict:
+        """{agent: (its own observation space, its own action space)}, in the env's agent order."""
+        return {agent: (self.observation_spaces[agent], self.action_spaces[agent]) for agent in self.agents}
+
     def observation(self, agent: str, obs, check: bool = False) -> dict:
         """`agent`'s native observation in the shared layout."""
         space = self.observation_spaces[agent]

@@ -112,8 +112,7 @@ def spaces_from_config(config: dict, agents: bool = False) -> tuple:
         if not agents:
             return found
         padding = getattr(env, "padding", None)
-        return (*found, {agent: (padding.observation_spaces[agent], padding.action_spaces[agent])
-                         for agent in padding.agents} if padding is not None else None)
+        return (*found, padding.agent_spaces if padding is not None else None)
     finally:
         env.close()
 

@@ -10,7 +10,7 @@ Each YAML file links its schema from its defaults list (`- /schema/train@_here_`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -216,33 +216,34 @@ class AtariEnvConfig:
         default_factory=lambda: {"episodic_life": False, "clip_rewards": False})
 
 
-@dataclass
-class OceanCartPoleConfig:
-    """puffer.envs.ocean.CartPole: `num_rows` carts stepped at once in one env object (a row
-    each; vec.num_envs counts env objects)."""
+# The native envs (puffer.envs.ocean): config name -> (class, the constructor arguments a config
+# may set, with their defaults). One schema each, `env_ocean_<name>`, built below.
+OCEAN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
+    # CartPole: `num_rows` carts stepped at once in one env object (a row each; vec.num_envs
+    # counts env objects).
+    "cartpole": ("CartPole", {"num_rows": 1024, "max_steps": 500}),
+    "squares": ("Squares", {"num_rows": 64, "episode_length": 8}),  # a CNN's quick check
+    "herd": ("Herd", {"num_agents": 4, "size": 16, "max_steps": 32}),  # agents that leave
+    # The sanity envs: each isolates one capability (see its module's docstring).
+    "memory": ("Memory", {"num_rows": 1024, "delay": 4}),
+    "bandit": ("Bandit", {"num_rows": 1024, "arms": 4, "delay": 8}),
+    "password": ("Password", {"num_rows": 1024, "length": 8, "key": 0}),
+    "stochastic": ("Stochastic", {"num_rows": 1024, "p": 0.75, "horizon": 16}),
+    "continuous": ("Continuous", {"num_rows": 1024, "horizon": 8}),
+    "spaces": ("Spaces", {"num_rows": 1024, "horizon": 4}),
+    "multiagent": ("Multiagent", {"num_games": 256, "num_agents": 4, "min_agents": 2, "horizon": 8}),
+    "nim": ("Nim", {"num_rows": 1024, "min_pile": 5, "max_pile": 15}),
+}
 
-    _target_: str = "puffer.envs.ocean.CartPole"
-    num_rows: int = 1024
-    max_steps: int = 500
+
+def _ocean_schema(cls: str, defaults: dict[str, Any]) -> type:
+    return make_dataclass(f"Ocean{cls}Config", [
+        ("_target_", str, field(default=f"puffer.envs.ocean.{cls}")),
+        *[(key, type(value), field(default=value)) for key, value in defaults.items()]])
 
 
-@dataclass
-class OceanSquaresConfig:
-    """puffer.envs.ocean.Squares: a small pixel env for checking that a CNN learns."""
-
-    _target_: str = "puffer.envs.ocean.Squares"
-    num_rows: int = 64
-    episode_length: int = 8
-
-
-@dataclass
-class OceanHerdConfig:
-    """puffer.envs.ocean.Herd: a native multi-agent env (one row per agent, masks)."""
-
-    _target_: str = "puffer.envs.ocean.Herd"
-    num_agents: int = 4
-    size: int = 16
-    max_steps: int = 32
+OCEAN_SCHEMAS = {f"env_ocean_{name}": _ocean_schema(cls, defaults)
+                 for name, (cls, defaults) in OCEAN_ENVS.items()}
 
 
 @dataclass
@@ -407,8 +408,7 @@ def register() -> None:
         "train": TrainConfig, "runtime": RuntimeConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
         "profile": ProfileConfig,
         "env_gymnasium": GymnasiumEnvConfig, "env_pettingzoo": PettingZooEnvConfig,
-        "env_ocean_cartpole": OceanCartPoleConfig, "env_atari": AtariEnvConfig,
-        "env_ocean_squares": OceanSquaresConfig, "env_ocean_herd": OceanHerdConfig,
+        "env_atari": AtariEnvConfig, **OCEAN_SCHEMAS,
         "policy_cnn": CNNPolicyConfig,
         "policy_default": DefaultPolicyConfig,
     }.items():

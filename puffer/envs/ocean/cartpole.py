@@ -31,15 +31,12 @@ class CartPole(BatchedEnv):
         self.init_rows(num_rows, seed)
         self.set_buffers(buf)
 
-    def reset(self, seed: int | None = None):
-        self.restart_rows(seed)
-        self.state[:] = self.rng.uniform(-0.05, 0.05, self.state.shape)
-        self.observations[:] = self.state
-        return self.observations, []
+    def start(self, rows: np.ndarray) -> None:
+        self.state[rows] = self.rng.uniform(-0.05, 0.05, (len(rows), 4))
 
-    def step(self, actions):
+    def advance(self, actions: np.ndarray):
         x, x_dot, theta, theta_dot = self.state.T
-        force = np.where(np.asarray(actions).reshape(-1) == 1, FORCE_MAG, -FORCE_MAG)
+        force = np.where(actions.reshape(-1) == 1, FORCE_MAG, -FORCE_MAG)
         costheta, sintheta = np.cos(theta), np.sin(theta)
         temp = (force + POLEMASS_LENGTH * np.square(theta_dot) * sintheta) / TOTAL_MASS
         thetaacc = (GRAVITY * sintheta - costheta * temp) / (
@@ -50,25 +47,7 @@ class CartPole(BatchedEnv):
         x, theta = self.state[:, 0], self.state[:, 2]
         terminated = (x < -X_THRESHOLD) | (x > X_THRESHOLD) | (theta < -THETA_THRESHOLD) | (
             theta > THETA_THRESHOLD)
-        self.steps += 1
-        truncated = (self.steps >= self.max_steps) & ~terminated
-        rewards = np.ones(self.num_agents)
+        return np.ones(self.num_agents), terminated
 
-        resetting = self.needs_reset  # these ignore their action and start a new episode
-        if resetting.any():
-            self.state[resetting] = self.rng.uniform(-0.05, 0.05, (int(resetting.sum()), 4))
-            self.steps[resetting] = 0
-            self.returns[resetting] = 0
-            terminated[resetting] = truncated[resetting] = False
-            rewards[resetting] = 0
-        self.returns += rewards
-        done = terminated | truncated
-        self.needs_reset = done
-
+    def observe(self) -> None:
         self.observations[:] = self.state
-        self.rewards[:] = rewards
-        self.terminals[:] = terminated
-        self.truncations[:] = truncated
-        if not done.any():
-            return self.outputs(())
-        return self.outputs(self.episode_infos(done))

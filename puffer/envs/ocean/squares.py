@@ -21,38 +21,24 @@ class Squares(BatchedEnv):
     def __init__(self, num_rows: int = 64, episode_length: int = 8, seed: int = 0,
                  buf: Buffers | None = None):
         self.name = "ocean/squares"
-        self.episode_length = episode_length
+        self.episode_length = self.max_steps = episode_length
         self.single_observation_space = spaces.Box(0, 255, (1, SIZE, SIZE), np.uint8)
         self.single_action_space = spaces.Discrete(4)
         self.targets = np.zeros(num_rows, dtype=np.int64)
         self.init_rows(num_rows, seed)
         self.set_buffers(buf)
 
-    def _draw(self, rows: np.ndarray) -> None:
-        self.targets[rows] = self.rng.integers(0, 4, len(rows))
-        self.observations[rows] = 0
+    def start(self, rows: np.ndarray) -> None:
+        pass  # every step shows a new square (observe): an episode has no state of its own
+
+    def advance(self, actions: np.ndarray):
+        rewards = (actions.reshape(-1) == self.targets).astype(np.float64)
+        return rewards, self.steps + 1 >= self.episode_length
+
+    def observe(self) -> None:
+        """A new square for every row."""
+        self.targets[:] = self.rng.integers(0, 4, self.num_agents)
+        self.observations[:] = 0
         for quadrant, (top, left) in enumerate(CORNERS):
-            hit = rows[self.targets[rows] == quadrant]
+            hit = self.targets == quadrant
             self.observations[hit, 0, top : top + SQUARE, left : left + SQUARE] = 255
-
-    def reset(self, seed: int | None = None):
-        self.restart_rows(seed)
-        self._draw(np.arange(self.num_agents))
-        return self.observations, []
-
-    def step(self, actions):
-        actions = np.asarray(actions).reshape(-1)
-        rewards = (actions == self.targets).astype(np.float32)
-        resetting = self.needs_reset
-        rewards[resetting] = 0
-        self.steps[resetting] = 0
-        self.returns[resetting] = 0
-        self.steps += ~resetting
-        self.returns += rewards
-        done = (self.steps >= self.episode_length) & ~resetting
-        self.needs_reset = done
-        self._draw(np.arange(self.num_agents))
-        self.rewards[:] = rewards
-        self.terminals[:] = done
-        self.truncations[:] = False
-        return self.outputs(self.episode_infos(done))

@@ -136,12 +136,14 @@ def suite_parser(doc: str, envs: list[str], jobs: int, out: str) -> argparse.Arg
 
 
 def suite_run(args) -> tuple[Path, list[str], dict[str, int]]:
-    """(the output folder, made; the kinds of run; each env's steps) from `suite_parser`'s args."""
+    """(the output folder, made; the kinds of run; each env's steps, None for an env outside
+    SUITE without --steps) from `suite_parser`'s args."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     kinds = ["puffer", "sb3"] if args.reference == "sb3" else ["puffer"]
-    return out, kinds, {config: args.steps or SUITE[config][3] for config in args.envs}
+    return out, kinds, {config: args.steps or (SUITE[config][3] if config in SUITE else None)
+                        for config in args.envs}
 
 
 def sb3_setup(config: str, seed: int):

@@ -5,7 +5,7 @@ config's rows), beside gymnasium's CartPole-v1 in a Python loop as the reference
 
 Each row steps the env with uniformly random actions drawn beforehand (so the policy costs
 nothing) and reports the best of `rounds` timings. Targets (issue 36): every sanity env at least
-1M rows/s, ocean/cartpole 5M; the script exits 1 when one is missed. Pin the machine's other
+1M rows/s, the games (pong, snake) 300k, ocean/cartpole 5M; the script exits 1 when one is missed. Pin the machine's other
 work away first (`uptime`): the numbers are one core's.
 """
 
@@ -28,7 +28,8 @@ from puffer.config import OCEAN_ENVS  # noqa: E402
 from puffer.envs import ocean  # noqa: E402
 
 SANITY = ("memory", "bandit", "password", "stochastic", "continuous", "spaces", "multiagent", "nim")
-TARGETS = {**dict.fromkeys(SANITY, 1e6), "cartpole": 5e6}
+GAMES = ("pong", "snake")
+TARGETS = {**dict.fromkeys(SANITY, 1e6), **dict.fromkeys(GAMES, 3e5), "cartpole": 5e6}
 
 
 def random_actions(env, rng: np.random.Generator, count: int) -> list[np.ndarray]:
@@ -40,7 +41,7 @@ def random_actions(env, rng: np.random.Generator, count: int) -> list[np.ndarray
 
 def ocean_rate(name: str, seconds: float, rounds: int) -> tuple[float, int]:
     cls, defaults = OCEAN_ENVS[name]
-    sizes = {k: v for k, v in defaults.items() if k in ("num_rows", "num_games", "num_agents")}
+    sizes = {k: v for k, v in defaults.items() if k in ("num_rows", "num_games", "num_agents", "num_arenas")}
     env = getattr(ocean, cls)(**sizes)
     env.reset(0)
     batches = random_actions(env, np.random.default_rng(0), 16)

@@ -17,7 +17,10 @@ budget's wall time and shown with `>`. Steps to score likewise.
 The thresholds are gymnasium's registered `reward_threshold` where it has one (CartPole-v1 475,
 Acrobot-v1 -100, MountainCar-v0 -110, LunarLander-v3 200) and, where it has none or asks for
 what the zoo's PPO does not reach at its budget, the figure of puffer issue 32: Pendulum-v1
--200, HalfCheetah-v5 5,000, Hopper-v5 2,000.
+-200, HalfCheetah-v5 5,000, Hopper-v5 2,000. The Ocean sanity envs (`--envs ocean/memory ...`,
+or `--envs ocean` for all of them) use their solved scores (puffer.envs.ocean.SOLVED, with the
+stochastic policy where that is what solved means) and their config's budget; they have no
+SB3 reference.
 
 puffer and SB3 runs of one seed go side by side with --jobs 2 (the default), so both see the
 same load; both get one torch thread (the thread policy's pick for these MLPs). Needs
@@ -49,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
 from learn_suite import SUITE, sb3_evaluate, sb3_setup, suite_parser, suite_run  # noqa: E402
 
+from puffer.envs.ocean import SOLVED  # noqa: E402
 from puffer.stats import t_interval  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +60,15 @@ EVAL_EPISODES = 10
 THRESHOLDS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "MountainCar-v0": -110.0, "Pendulum-v1": -200.0,
               "LunarLander-v3": 200.0, "LunarLander-v3(continuous=True)": 200.0, "HalfCheetah-v5": 5000.0,
               "Hopper-v5": 2000.0}
+
+
+def score_of(config: str) -> tuple[str, float, bool]:
+    """(the env's name in the table, its threshold, whether the deterministic policy is scored)."""
+    if config in SUITE:
+        name = SUITE[config][0]
+        return name, THRESHOLDS[name], True
+    threshold, policy = SOLVED[config.removeprefix("ocean/")]
+    return config, threshold, policy == "deterministic"
 
 
 def time_to_score(points: list[dict], threshold: float) -> tuple[float | None, int | None]:
@@ -89,8 +102,19 @@ def composed(config: str, overrides):
 
 
 def puffer_epoch_steps(config: str, overrides) -> int:
+    """Steps per epoch: rows (an env's agents, or a native env's rows, times vec.num_envs) x
+    train.num_steps."""
+    from puffer.run import make_env_creator
+
     cfg = composed(config, overrides)
-    return cfg.vec.num_envs * cfg.train.num_steps
+    env = make_env_creator(cfg)()
+    rows = env.num_agents
+    env.close()
+    return cfg.vec.num_envs * rows * cfg.train.num_steps
+
+
+def budget(config: str, overrides) -> int:
+    return int(composed(config, overrides).train.total_timesteps)
 
 
 def puffer_tag(config: str, overrides) -> str:
@@ -103,7 +127,7 @@ def puffer_tag(config: str, overrides) -> str:
     return hashlib.sha1(settings.encode()).hexdigest()[:8]
 
 
-def puffer_evaluate(run_dir: Path, seed: int) -> list[dict]:
+def puffer_evaluate(run_dir: Path, seed: int, deterministic: bool = True) -> list[dict]:
     """Every checkpoint of a run: its step, training seconds and evaluation return."""
     from omegaconf import OmegaConf
 
@@ -117,7 +141,7 @@ def puffer_evaluate(run_dir: Path, seed: int) -> list[dict]:
         state = checkpoint.read(path, envs=False)
         agent = puffer.load(path)
         creator = make_env_creator(OmegaConf.create(agent.config), evaluation=True)
-        result = evaluate(agent.policy, creator, EVAL_EPISODES, seed, deterministic=True)
+        result = evaluate(agent.policy, creator, EVAL_EPISODES, seed, deterministic=deterministic)
         points.append({"step": state["global_step"], "seconds": state["train_seconds"],
                        "return": result["return_mean"]})
     return points
@@ -181,7 +205,8 @@ def job(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir
     else:
         sb3_run(config, seed, steps, checkpoints, run_dir)
     wall = time.perf_counter() - started
-    points = puffer_evaluate(run_dir, seed) if kind == "puffer" else sb3_points(config, run_dir, seed)
+    points = (puffer_evaluate(run_dir, seed, deterministic=score_of(config)[2]) if kind == "puffer"
+              else sb3_points(config, run_dir, seed))
     (run_dir / "points.json").write_text(json.dumps({"wall": wall, "points": points}))
 
 
@@ -217,7 +242,11 @@ def summary(records: list[dict], threshold: float) -> dict:
 
 def cell(s: dict, runs: int) -> str:
     prefix = ">" if s["reached"] * 2 <= runs else ""  # the median is censored
-    return f"{prefix}{s['time']:.0f} s [{s['low']:.0f}, {s['high']:.0f}] {s['reached']}/{runs}"
+    return f"{prefix}{_s(s['time'])} s [{_s(s['low'])}, {_s(s['high'])}] {s['reached']}/{runs}"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.1f}" if seconds < 10 else f"{seconds:.0f}"
 
 
 def main() -> None:
@@ -228,9 +257,13 @@ def main() -> None:
     parser = suite_parser(__doc__, ["classic/cartpole"], jobs=2, out="outputs/time_to_score")
     parser.add_argument("--checkpoints", type=int, default=20, help="saved policies per run")
     args = parser.parse_args()
+    if "ocean" in args.envs:
+        args.envs = [e for e in args.envs if e != "ocean"] + [f"ocean/{name}" for name in SOLVED]
     out, kinds, steps_of = suite_run(args)
+    steps_of = {config: steps or budget(config, args.overrides) for config, steps in steps_of.items()}
     tags = {config: puffer_tag(config, args.overrides) for config in args.envs}  # composed here, once
-    runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds]
+    runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds
+            if kind == "puffer" or config in SUITE]  # the ocean envs have no SB3 reference
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {run: pool.submit(result, out, *run, steps_of[run[1]], args.checkpoints, args.overrides,
                                     tags[run[1]] if run[0] == "puffer" else "")
@@ -238,12 +271,12 @@ def main() -> None:
         records = {run: future.result() for run, future in futures.items()}
     rows = []
     for config in args.envs:
-        name = SUITE[config][0]
-        threshold = THRESHOLDS[name]
+        name, threshold, _ = score_of(config)
         ours = summary([records["puffer", config, seed] for seed in args.seeds], threshold)
-        theirs = summary([records["sb3", config, seed] for seed in args.seeds], threshold) if "sb3" in kinds else None
+        theirs = (summary([records["sb3", config, seed] for seed in args.seeds], threshold)
+                  if ("sb3", config, args.seeds[0]) in records else None)
         n = len(args.seeds)
-        rows.append([name, f"{threshold:g}", f"{steps_of[config] // 1000}k", n, cell(ours, n),
+        rows.append([name, f"{threshold:g}", f"{steps_of[config] / 1000:g}k", n, cell(ours, n),
                      f"{ours['steps'] / 1000:.0f}k", f"{ours['final']:.1f} +- {ours['final_ci']:.1f}",
                      cell(theirs, n) if theirs else "-", f"{theirs['steps'] / 1000:.0f}k" if theirs else "-",
                      f"{theirs['final']:.1f} +- {theirs['final_ci']:.1f}" if theirs else "-",

@@ -233,6 +233,10 @@ OCEAN_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "spaces": ("Spaces", {"num_rows": 1024, "horizon": 4}),
     "multiagent": ("Multiagent", {"num_games": 256, "num_agents": 4, "min_agents": 2, "horizon": 8}),
     "nim": ("Nim", {"num_rows": 1024, "min_pile": 5, "max_pile": 15}),
+    # Small games: speed and learning beyond the sanity checks; they render for videos.
+    "pong": ("Pong", {"num_rows": 1024, "points": 3, "max_steps": 2000, "pixels": False}),
+    "snake": ("Snake", {"num_arenas": 256, "num_snakes": 4, "size": 16, "num_food": 8, "view": 4,
+                        "max_steps": 1000}),
 }
 
 

@@ -30,6 +30,18 @@ def episode_quotas(episodes: int, num_envs: int) -> np.ndarray:
     return np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
 
 
+def eval_envs(env_creator, episodes: int, num_envs: int, seed: int) -> Serial:
+    """Up to `num_envs` envs for `episodes` episodes; one alone where its rows are separate
+    episodes, enough for all of them (a native batched env: more objects would only step more
+    rows than the evaluation reads)."""
+    num_envs = max(1, min(num_envs, episodes))
+    vec = Serial(env_creator, num_envs=1, seed=seed)
+    if num_envs == 1 or (vec.driver_env.independent_rows and vec.agents_per_env >= episodes):
+        return vec
+    vec.close()
+    return Serial(env_creator, num_envs=num_envs, seed=seed)
+
+
 @torch.inference_mode()
 def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
              device: str | torch.device = "cpu", deterministic: bool = True,
@@ -44,13 +56,12 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
     the rest of that slot's quota. A warning says how many; if every episode was cut, the return
     statistics are NaN. `recorder_factory(env)`, given, records the first eval env's episodes
     (a puffer.video.EpisodeRecorder)."""
-    num_envs = max(1, min(num_envs, episodes))
     returns, lengths = [], []
-    with Serial(env_creator, num_envs=num_envs, seed=seed + EVAL_SEED_OFFSET) as vec, threads.using(
+    with eval_envs(env_creator, episodes, num_envs, seed + EVAL_SEED_OFFSET) as vec, threads.using(
             threads.inference_threads(policy, vec.single_observation_space, vec.num_rows)):
         # An episode slot is an env, or a row of a native env whose rows are separate episodes.
         rows = vec.agents_per_env if vec.driver_env.independent_rows else 1
-        quotas = episode_quotas(episodes, num_envs * rows)
+        quotas = episode_quotas(episodes, vec.num_envs * rows)
         done_count = np.zeros_like(quotas)
         episode_steps = np.zeros_like(quotas)  # steps of each slot's current episode
         truncated = 0

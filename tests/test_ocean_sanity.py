@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import puffer
+import puffer.config
 import puffer.vector
 from puffer import checkpoint
 from puffer.envs import ocean
@@ -177,21 +178,23 @@ def test_nim_masks_illegal_moves_and_scores_its_dynamic_programme():
 
 
 # -- the emulation checks every env passes ----------------------------------------------------
-SANITY = ["memory", "bandit", "password", "stochastic", "continuous", "spaces", "multiagent", "nim"]
-SMALL_ROWS = {"multiagent": {"num_games": 8}}
-CLASSES = {"memory": ocean.Memory, "bandit": ocean.Bandit, "password": ocean.Password,
-           "stochastic": ocean.Stochastic, "continuous": ocean.Continuous, "spaces": ocean.Spaces,
-           "multiagent": ocean.Multiagent, "nim": ocean.Nim}
+SANITY = list(ocean.SOLVED)
+EMULATED = [*SANITY, "pong", "snake"]  # (ocean/cartpole, squares and herd: tests/test_ocean.py)
+SMALL = {"multiagent": {"num_games": 8}, "snake": {"num_arenas": 8}}  # else {"num_rows": 32}
 
 
-@pytest.mark.parametrize("name", SANITY)
+def env_class(name: str) -> type:
+    return getattr(ocean, puffer.config.OCEAN_ENVS[name][0])
+
+
+@pytest.mark.parametrize("name", EMULATED)
 def test_serial_and_multiprocessing_give_the_same_trace(name):
-    kwargs = SMALL_ROWS.get(name, {"num_rows": 32})
+    kwargs = SMALL.get(name, {"num_rows": 32})
     traces = []
     for backend in ("serial", "multiprocessing"):
-        with puffer.vector.make(CLASSES[name], env_kwargs=kwargs, num_envs=2, backend=backend) as vec:
+        with puffer.vector.make(env_class(name), env_kwargs=kwargs, num_envs=2, backend=backend) as vec:
             obs, _ = vec.reset(7)
-            env = CLASSES[name](**kwargs)
+            env = env_class(name)(**kwargs)
             rng = np.random.default_rng(0)
             trace = [obs.copy()]
             for _ in range(50):
@@ -202,10 +205,10 @@ def test_serial_and_multiprocessing_give_the_same_trace(name):
     np.testing.assert_array_equal(traces[0], traces[1])
 
 
-@pytest.mark.parametrize("name", SANITY)
+@pytest.mark.parametrize("name", EMULATED)
 def test_a_resumed_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path, name):
-    rows = "env.num_games=16" if name == "multiagent" else "env.num_rows=64"
-    small = [f"env=ocean/{name}", rows, "train.num_steps=16", "train.total_timesteps=4096",
+    rows = [f"env.{key}={2 * value}" for key, value in SMALL.get(name, {"num_rows": 32}).items()]
+    small = [f"env=ocean/{name}", *rows, "train.num_steps=16", "train.total_timesteps=4096",
              "eval.episodes=0"]
     run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
     middle = tmp_path / "full" / "checkpoints" / "epoch_000002.pt"
@@ -219,24 +222,13 @@ def test_a_resumed_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_pa
 
 
 # -- learning: the regression suite for algorithms (pytest -m ocean) --------------------------
-SOLVED = {  # env: (metric, threshold); each env's docstring proves the random and solved scores
-    "memory": ("eval/return_mean", 0.9),
-    "bandit": ("eval/return_mean", 0.95),
-    "password": ("eval/return_mean", 0.95),
-    "stochastic": ("eval/stochastic_return_mean", 0.8),
-    "continuous": ("eval/stochastic_return_mean", 7.5),
-    "spaces": ("eval/return_mean", 7.5),
-    "multiagent": ("eval/return_mean", 7.5),
-    "nim": ("eval/return_mean", 0.85),
-}
-
-
 @pytest.mark.ocean
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("name", SANITY)
 def test_the_shipped_config_solves_each_sanity_env(make_cfg, tmp_path, name, seed):
     metrics = run(make_cfg(f"env=ocean/{name}", f"seed={seed}"), tmp_path)
-    metric, threshold = SOLVED[name]
+    threshold, policy = ocean.SOLVED[name]
+    metric = "eval/return_mean" if policy == "deterministic" else "eval/stochastic_return_mean"
     assert metrics[metric] >= threshold, metrics
     if name == "stochastic":  # solved by a mixture: the deterministic policy is stuck at 2/3 or 0
         assert metrics["eval/return_mean"] <= 2 / 3 + 1e-6

@@ -65,9 +65,12 @@ def cli() -> None:
 
         sys.stdout.write(table(catalog()) + "\n")
         return
+    from puffer import overrides
     from puffer.envs.catalog import check_env_choices
 
-    problem = check_env_choices(sys.argv[1:]) or unwritable_output_dir(sys.argv[1:])
+    problem = check_env_choices(args) or unwritable_output_dir(args)
+    if problem is None and os.environ.get("HYDRA_FULL_ERROR") != "1":
+        problem = overrides.check(args)
     if problem is not None:
         sys.stderr.write(problem + "\n")
         sys.exit(2)

@@ -11,6 +11,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def venv_with_these_dependencies(path: Path) -> Path:
+    """A new venv whose dependencies are the ones this interpreter imports (the machine's, or
+    the user's own venv's: `system_site_packages` would give the base interpreter's instead),
+    its site-packages directories listed in a .pth file; puffer itself is left to install."""
+    venv.create(path, with_pip=True)
+    (site_packages,) = (path / "lib").glob("python*/site-packages")
+    outer = [entry for entry in sys.path if entry.endswith(("site-packages", "dist-packages"))
+             and Path(entry).is_dir()]
+    (site_packages / "outer_dependencies.pth").write_text("\n".join(outer) + "\n")
+    return path
+
+
 def test_the_wheel_installs_and_runs_the_default_job_outside_the_checkout(tmp_path):
     wheels = tmp_path / "wheels"
     build_existed = (ROOT / "build").exists()
@@ -21,9 +33,7 @@ def test_the_wheel_installs_and_runs_the_default_job_outside_the_checkout(tmp_pa
         if not build_existed:
             shutil.rmtree(ROOT / "build", ignore_errors=True)
     (wheel,) = wheels.glob("puffer-*.whl")
-    # the dependencies come from this interpreter's site-packages; puffer itself from the wheel
-    venv.create(tmp_path / "venv", system_site_packages=True, with_pip=True)
-    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir = venv_with_these_dependencies(tmp_path / "venv") / "bin"
     subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     str(wheel)], check=True, capture_output=True, text=True)
     work = tmp_path / "elsewhere"

@@ -56,6 +56,17 @@ def main(cfg: DictConfig) -> float | tuple[float, ...]:
     return float("nan")
 
 
+def single_run_of_a_grid(args: list[str]) -> str | None:
+    """+suite=... and +sweep=... describe many runs: without -m Hydra would run one job with the
+    defaults and say nothing."""
+    if "-m" in args or "--multirun" in args:
+        return None
+    grid = next((arg for arg in args if arg.startswith(("+suite=", "+sweep="))), None)
+    if grid is None:
+        return None
+    return f"{grid} is a grid of runs: add -m (python -m puffer -m {' '.join(args)})"
+
+
 def cli() -> None:
     """The `puffer` command (and `python -m puffer`): Ctrl-C or SIGTERM exit with status 130.
     `--info envs` lists the env configs (Hydra's other --info choices are its own)."""
@@ -65,10 +76,11 @@ def cli() -> None:
 
         sys.stdout.write(table(catalog()) + "\n")
         return
-    from puffer import overrides
+    from puffer import extras, overrides
     from puffer.envs.catalog import check_env_choices
 
-    problem = check_env_choices(args) or unwritable_output_dir(args)
+    problem = (check_env_choices(args) or unwritable_output_dir(args) or extras.missing(args)
+               or single_run_of_a_grid(args))
     if problem is None and os.environ.get("HYDRA_FULL_ERROR") != "1":
         problem = overrides.check(args)
     if problem is not None:

@@ -152,6 +152,12 @@ class Trainer:
         log.info("%s", self.threads.describe())
         self.steps_per_epoch = self.batch_size * self.world.world_size
         self.num_epochs = math.ceil(config.total_timesteps / self.steps_per_epoch)
+        if self.num_epochs * self.steps_per_epoch != config.total_timesteps:
+            epochs = f"{self.num_epochs} whole epoch{'s' if self.num_epochs > 1 else ''}"
+            ranks = f" x {self.world.world_size} ranks" if self.world.world_size > 1 else ""
+            log.info("train.total_timesteps=%d: training %d steps, %s of %d (num_steps %d x %d rows%s)",
+                     config.total_timesteps, self.num_epochs * self.steps_per_epoch, epochs,
+                     self.steps_per_epoch, T, N, ranks)
         self.rollout = Rollout(T, N, vecenv.single_observation_space, vecenv.action_shape,
                                vecenv.action_dtype, self.device, policy)
         reward_scaler = (RewardScaler(N, config.gamma, config.reward_clip)

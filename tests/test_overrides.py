@@ -50,3 +50,28 @@ def test_a_typo_exits_2_with_one_line_and_writes_no_run_directory(cli, tmp_path)
         "+train.learning_rat=1e-3: train takes no new key learning_rat (its keys are typed); did you "
         "mean train.learning_rate? `python -m puffer --cfg job` prints every key"]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("args", "blocked", "says"), [
+    (["env=atari/breakout"], "ale_py", "env=atari/breakout needs the atari extra (ale_py is not installed): "
+                                       "pip install 'puffer[atari]'"),
+    (["logger=tensorboard"], "tensorboard", "pip install 'puffer[tensorboard]'"),
+    (["-m", "+sweep=ppo_optuna"], "hydra_plugins.hydra_optuna_sweeper", "pip install 'puffer[sweeps]'"),
+])
+def test_a_missing_extra_is_named_before_anything_starts(tmp_path, args, blocked, says):
+    """The extra's module made unimportable in a fresh interpreter (as if never installed)."""
+    import subprocess
+    import sys
+
+    script = (f"import sys; sys.modules[{blocked!r}] = None; from puffer.__main__ import cli; "
+              f"sys.argv = ['puffer', *{args!r}, 'hydra.run.dir=run', 'hydra.sweep.dir=multirun']; cli()")
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and says in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+def test_a_suite_without_multirun_is_refused(cli, tmp_path):
+    result = cli("+suite=classic", check=False)
+    assert result.returncode == 2 and "+suite=classic is a grid of runs: add -m" in result.stderr
+    assert not (tmp_path / "run").exists()

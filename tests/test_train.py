@@ -238,3 +238,12 @@ def test_a_sequence_observation_trains_from_the_cli_config(make_cfg, tmp_path):
                            "train.total_timesteps=8192", "eval.episodes=10"), tmp_path)
     # reading the first element's sign is worth 20 per episode; chance is 10
     assert metrics["eval/return_mean"] > 15, metrics
+
+
+def test_a_budget_that_is_not_whole_epochs_says_what_it_will_train(make_cfg, tmp_path, caplog):
+    with caplog.at_level("INFO", logger="puffer.trainer"):
+        metrics = run(make_cfg("env=ocean/bandit", "env.num_rows=64", "train.total_timesteps=1500",
+                               "eval.episodes=0"), tmp_path)
+    assert ("train.total_timesteps=1500: training 2048 steps, 2 whole epochs of 1024 (num_steps 16 x 64 rows)"
+            in caplog.text)
+    assert read_metrics(tmp_path / "metrics.jsonl")[-1]["global_step"] == 2048 and metrics["train/epoch"] == 2

@@ -191,10 +191,18 @@ class PPO(Trainer):
 def train(config: TrainConfig, vecenv, policy: nn.Module, device: str = "auto", seed: int = 0,
           **kwargs) -> PPO:
     """Train `policy` on `vecenv` with PPO; returns the trainer (its `last_metrics` hold the
-    final losses, episode stats and throughput)."""
+    final losses, episode stats and throughput). Progress shows as the CLI's does (the dashboard
+    in a terminal, else a `puffer.progress` log line every 5 s; progress=None for neither);
+    `run_dir=` saves checkpoints there as the CLI does (the trainer's other keywords pass on)."""
     from puffer.config import resolve_device
+    from puffer.progress import ProgressReporter
 
     seed_everything(seed)
+    kwargs.setdefault("progress", ProgressReporter(getattr(vecenv.driver_env, "name", "env")))
     trainer = PPO(config, vecenv, policy, device=resolve_device(device), seed=seed, **kwargs)
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if trainer.progress is not None:
+            trainer.progress.close()
     return trainer

@@ -93,8 +93,10 @@ def line(name: str, s: dict) -> str:
 
 
 class ProgressReporter:
-    def __init__(self, cfg, interval: float = 5.0, live: bool | None = None):
-        self.name = env_name(cfg)
+    """`name`: the env's, the dashboard's title (puffer.progress.env_name of a run config)."""
+
+    def __init__(self, name: str, interval: float = 5.0, live: bool | None = None):
+        self.name = name
         self.interval = interval
         self.last = float("-inf")
         self.live_enabled = sys.stdout.isatty() if live is None else live

@@ -260,7 +260,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         distributed.broadcast_parameters(policy)  # every rank starts from rank 0's weights
         # rank 0 alone logs and draws progress (and writes checkpoints and evaluates)
         logger = make_logger(cfg, run_dir, hydra_job_info()) if ctx.is_main else Logger()
-        progress = ProgressReporter(cfg, interval=cfg.runtime.log_interval) if ctx.is_main else None
+        progress = (ProgressReporter(env_name(cfg), interval=cfg.runtime.log_interval)
+                    if ctx.is_main else None)
         algorithm = algorithm_class(train_cfg._target_)
         score_watch = ScoreWatch(env_score(cfg))
         trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=seed,
@@ -303,11 +304,13 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
                  metrics.get("eval/return_mean", float("nan")),
                  metrics.get("eval/return_ci95", float("nan")), cfg.eval.episodes)
-        log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
+        last_lines(run_dir, finished=True)
         return metrics
     except KeyboardInterrupt:
         if ctx.is_main:
-            log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
+            if progress is not None:  # the dashboard's last frame first, then the way on
+                progress.close()
+            last_lines(run_dir, finished=False)
         raise
     finally:
         if progress is not None:
@@ -380,6 +383,16 @@ def command_text(overrides: list[str] | None) -> str:
 def overridden(group: str, overrides: list[str] | None) -> bool:
     """Whether the command line (`overrides`) set `group` (e.g. env=... or env.id=...)."""
     return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.", f"{group}/")) for o in overrides or [])
+
+
+def last_lines(run_dir: Path, finished: bool) -> None:
+    """Where the outputs are and the commands that go on from them: the last lines a user sees."""
+    log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
+    if finished:
+        log.info("watch it: python -m puffer mode=eval checkpoint=%s eval.video=true; train on: "
+                 "python -m puffer resume=%s train.total_timesteps=<more>", run_dir, run_dir)
+    elif (run_dir / "checkpoints").is_dir():
+        log.info("continue: python -m puffer resume=%s", run_dir)
 
 
 def outputs(run_dir: Path) -> list[str]:

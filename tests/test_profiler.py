@@ -121,12 +121,12 @@ def test_log_records_go_through_the_dashboards_console_while_it_is_up(make_cfg):
     import logging
     import sys
 
-    from puffer.progress import ProgressReporter
+    from puffer.progress import ProgressReporter, env_name
 
     handler = logging.StreamHandler(sys.__stderr__)
     logging.getLogger().addHandler(handler)
     try:
-        reporter = ProgressReporter(make_cfg(), live=True)
+        reporter = ProgressReporter(env_name(make_cfg()), live=True)
 
         class Trainer:
             last_metrics, global_step, epoch, num_epochs, steps_per_epoch = {}, 0, 0, 4, 256
@@ -182,3 +182,5 @@ def test_the_dashboard_in_a_terminal_shows_where_the_checkpoint_went_after_ctrl_
     saved = list((tmp_path / "checkpoints").glob("epoch_*.pt"))
     assert len(saved) == 1 and f"checkpoint saved to {saved[0]}" in screen.replace("\r\n", "")
     assert f"outputs in {tmp_path}" in screen.replace("\r\n", "")
+    last = screen[screen.rindex("outputs in"):].replace("\r\n", "")  # the last lines a user sees:
+    assert f"continue: python -m puffer resume={tmp_path}" in last and "ETA" not in last  # no dashboard

@@ -28,6 +28,8 @@ def test_a_real_multirun_grid_then_the_report(tmp_path):
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+    last = (result.stdout + result.stderr).strip().splitlines()[-1]  # the multirun's own last line
+    assert last.endswith(f"multirun in {sweep}: 4 runs; compare them: python -m puffer.report {sweep}")
 
     out = report(sweep)
     rows = {row.env: row for row in out["rows"]}

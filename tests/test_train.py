@@ -247,3 +247,19 @@ def test_a_budget_that_is_not_whole_epochs_says_what_it_will_train(make_cfg, tmp
     assert ("train.total_timesteps=1500: training 2048 steps, 2 whole epochs of 1024 (num_steps 16 x 64 rows)"
             in caplog.text)
     assert read_metrics(tmp_path / "metrics.jsonl")[-1]["global_step"] == 2048 and metrics["train/epoch"] == 2
+
+
+def test_the_cleanrl_style_api_shows_progress_and_saves_like_the_cli(tmp_path, caplog):
+    import puffer.vector
+    from puffer.envs.ocean import Bandit
+    from puffer.frameworks import cleanrl
+    from puffer.models import Default
+
+    config = cleanrl.Config(total_timesteps=65536, num_steps=16, learning_rate=0.003, ent_coef=0.01)
+    with puffer.vector.make(Bandit, env_kwargs={"num_rows": 1024}) as vecenv, caplog.at_level("INFO"):
+        policy = Default(vecenv.single_observation_space, vecenv.single_action_space)
+        trainer = cleanrl.train(config, vecenv, policy, device="cpu", run_dir=tmp_path)
+    assert "ocean/bandit | step 65,536/65,536 | epoch 4/4" in caplog.text  # the CLI's progress line
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["epoch_000004.pt"]
+    cues = torch.cat([torch.eye(4), torch.zeros(4, 1)], dim=1)  # each cue at the first step
+    assert trainer.policy(cues)[0].argmax(-1).tolist() == [0, 1, 2, 3]  # learned: random is 1/4

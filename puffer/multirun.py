@@ -1,0 +1,19 @@
+"""The end of a multirun (-m): its folder and the report command, as Hydra's `on_multirun_end`
+callback (conf/config.yaml, hydra.callbacks), so that a grid never ends in silence."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger("puffer")
+
+
+class MultirunEnd(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        folder = Path(config.hydra.sweep.dir)
+        runs = sum(1 for path in folder.glob("*/metrics.jsonl")) if folder.is_dir() else 0
+        log.info("multirun in %s: %d runs; compare them: python -m puffer.report %s", folder, runs, folder)

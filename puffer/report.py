@@ -154,13 +154,20 @@ def aggregate(jobs: list[Job]) -> dict[str, dict]:
         result[setting] = {
             "envs": len(scores), "runs": sum(len(v) for v in scores.values()), "scores": scores,
             "iqm": stats.stratified_bootstrap(scores, stats.iqm),
-            "mean": stats.stratified_bootstrap(scores, lambda x: float(np.mean(x))),
+            "mean": stats.stratified_bootstrap(scores, stats.mean),
         }
     return result
 
 
 def _number(value: float, digits: int = 2) -> str:
     return "n/a" if not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def _interval(low: float, high: float, aggregate: dict) -> str:
+    if math.isfinite(low):
+        return f"[{low:.3f}, {high:.3f}]"
+    fewest = min(len(v) for v in aggregate["scores"].values())
+    return f"n/a ({fewest} runs in an env, < {stats.MIN_BOOTSTRAP_RUNS})"
 
 
 def markdown(rows: list[Row], aggregates: dict[str, dict]) -> str:
@@ -170,13 +177,15 @@ def markdown(rows: list[Row], aggregates: dict[str, dict]) -> str:
         lines.append(f"| {r.env} | {r.setting} | {r.seeds} | {_number(r.eval_return)} | {_number(r.ci95)} | "
                      f"{_number(r.normalized, 3)} | {_number(r.normalized_ci95, 3)} | {r.sps:,.0f} | {r.wall_s:.1f} |")
     if aggregates:
-        lines += ["", "Across envs (normalized: random policy 0, reference 1; puffer.references), "
-                  "95% stratified bootstrap intervals:", "",
+        lines += ["", "Across envs (normalized: random policy 0, reference 1; puffer.references). IQM: "
+                  "the mean of the middle 50% of all runs' scores (25% trimmed from each end). 95% "
+                  f"stratified bootstrap intervals, where every env has {stats.MIN_BOOTSTRAP_RUNS}+ runs "
+                  "(with fewer the bootstrap covers less than it claims: none is shown):", "",
                   "| variant | envs | runs | IQM | IQM 95% | mean | mean 95% |", "|" + "---|" * 7]
         for setting, a in aggregates.items():
             (iqm, lo, hi), (mean, mlo, mhi) = a["iqm"], a["mean"]
-            lines.append(f"| {setting} | {a['envs']} | {a['runs']} | {iqm:.3f} | [{lo:.3f}, {hi:.3f}] | "
-                         f"{mean:.3f} | [{mlo:.3f}, {mhi:.3f}] |")
+            lines.append(f"| {setting} | {a['envs']} | {a['runs']} | {iqm:.3f} | {_interval(lo, hi, a)} | "
+                         f"{mean:.3f} | {_interval(mlo, mhi, a)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -273,7 +282,7 @@ class Difference:
     difference: float  # b - a
     low: float  # Welch's t 95% interval of the difference
     high: float
-    verdict: str  # "B better", "B worse" or "same" (the interval contains 0)
+    verdict: str  # "B better", "B worse", or "no difference detected at 95%" (the interval holds 0)
 
 
 def _keyed(jobs: list[Job]) -> dict[str, np.ndarray]:
@@ -287,10 +296,20 @@ def _keyed(jobs: list[Job]) -> dict[str, np.ndarray]:
     return {key: final_returns(members) for key, members in keyed.items()}
 
 
+def _settings(jobs: list[Job]) -> str:
+    """The command-line settings every job of a multirun shares, the env and seed aside: with
+    the other side's, what differs between A and B."""
+    shared = set.intersection(*(set(yaml.safe_load((job.path / ".hydra" / "overrides.yaml").read_text()) or [])
+                                for job in jobs))
+    kept = sorted(o for o in shared if not o.startswith(("seed=", "hydra.", ENV_CHOICE)))
+    return " ".join(kept) or "the defaults"
+
+
 def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None) -> dict:
     """Env by env, B's mean evaluation return against A's; a difference is flagged when Welch's
     t interval of it excludes 0. Envs in only one of them are listed apart."""
-    a, b = _keyed(load_jobs(Path(a_dir))), _keyed(load_jobs(Path(b_dir)))
+    jobs_a, jobs_b = load_jobs(Path(a_dir)), load_jobs(Path(b_dir))
+    a, b = _keyed(jobs_a), _keyed(jobs_b)
     differences = []
     for env in sorted(set(a) & set(b)):
         x, y = a[env], b[env]
@@ -302,13 +321,13 @@ def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None)
             low, high = float(interval.low), float(interval.high)
         elif len(x) >= 2 and len(y) >= 2:  # no spread on either side: the difference is exact
             low = high = float(y.mean() - x.mean())
-        verdict = "B better" if low > 0 else "B worse" if high < 0 else "same"
+        verdict = "B better" if low > 0 else "B worse" if high < 0 else "no difference detected at 95%"
         if not math.isfinite(low):
             verdict = "too few seeds"
         differences.append(Difference(env, float(x.mean()), stats.t_interval(x), float(y.mean()),
                                       stats.t_interval(y), float(y.mean() - x.mean()), low, high, verdict))
     only = {"A": sorted(set(a) - set(b)), "B": sorted(set(b) - set(a))}
-    lines = [f"A: {a_dir}", f"B: {b_dir}", "",
+    lines = [f"A: {a_dir} ({_settings(jobs_a)})", f"B: {b_dir} ({_settings(jobs_b)})", "",
              "| env | A return | +- 95% | B return | +- 95% | B - A | 95% (Welch) | verdict |",
              "|" + "---|" * 8]
     for d in differences:

@@ -35,28 +35,43 @@ def normalized_score(score, random: float, reference: float):
     return (np.asarray(score, dtype=np.float64) - random) / (reference - random)
 
 
-def iqm(values) -> float:
-    """Interquartile mean: the mean of the middle 50% of all values (robust to outlier runs,
-    less noisy than the median)."""
-    return float(stats.trim_mean(np.asarray(values, dtype=np.float64).ravel(), 0.25))
+def iqm(values, axis: int | None = None):
+    """Interquartile mean: the mean of the middle 50% of the values, 25% trimmed from each end
+    (robust to outlier runs, less noisy than the median); along `axis` for a batch of samples."""
+    values = np.asarray(values, dtype=np.float64)
+    if axis is None:
+        return float(stats.trim_mean(values.ravel(), 0.25))
+    return stats.trim_mean(values, 0.25, axis=axis)
 
 
-def stratified_bootstrap(scores: Mapping[str, np.ndarray], statistic: Callable[[np.ndarray], float] = iqm,
+def mean(values, axis: int | None = None):
+    return float(np.mean(values)) if axis is None else np.mean(values, axis=axis)
+
+
+# A percentile bootstrap covers less than it claims with few runs (resampling 3 values never
+# leaves their [min, max]: 74% for a nominal 95% in a simulation); from 10 runs per env it keeps
+# 90% or more (tests/test_report.py simulates it). Below, no interval is claimed.
+MIN_BOOTSTRAP_RUNS = 10
+
+
+def stratified_bootstrap(scores: Mapping[str, np.ndarray], statistic: Callable = iqm,
                          repetitions: int = 2000, confidence: float = 0.95,
                          seed: int = 0) -> tuple[float, float, float]:
-    """(point, low, high): `statistic` of all runs of all envs, with a percentile bootstrap interval
-    that resamples runs with replacement within each env (strata), so every env keeps its weight."""
+    """(point, low, high): `statistic` (called with `axis`) of all runs of all envs, with a
+    percentile bootstrap interval that resamples runs with replacement within each env (strata),
+    so every env keeps its weight; low and high are NaN when an env has fewer than
+    MIN_BOOTSTRAP_RUNS runs, where such an interval would claim more than the runs show."""
     strata = [np.asarray(v, dtype=np.float64) for v in scores.values() if len(v)]
     if not strata:
         return math.nan, math.nan, math.nan
-    point = statistic(np.concatenate(strata))
+    point = float(statistic(np.concatenate(strata)))
+    if min(len(s) for s in strata) < MIN_BOOTSTRAP_RUNS:
+        return point, math.nan, math.nan
     rng = np.random.default_rng(seed)
-    draws = np.empty(repetitions)
-    for i in range(repetitions):
-        draws[i] = statistic(np.concatenate([s[rng.integers(0, len(s), len(s))] for s in strata]))
+    resampled = np.concatenate([s[rng.integers(0, len(s), (repetitions, len(s)))] for s in strata], axis=1)
     alpha = (1 - confidence) / 2
-    low, high = np.quantile(draws, [alpha, 1 - alpha])
-    return float(point), float(low), float(high)
+    low, high = np.quantile(statistic(resampled, axis=1), [alpha, 1 - alpha])
+    return point, float(low), float(high)
 
 
 def performance_profile(scores: Mapping[str, np.ndarray], taus: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import yaml
+from scipy import stats as scipy_stats
 
 from puffer import stats
 from puffer.references import REFERENCES
@@ -34,15 +35,39 @@ def test_normalized_score_maps_random_to_0_and_reference_to_1():
 
 
 def test_stratified_bootstrap_keeps_each_envs_runs_in_their_own_stratum():
-    # Env a: 2 runs at 0, env b: 10 runs at 1. Resampling within each env always draws 2 zeros
-    # and 10 ones, so the mean never moves; pooled resampling would.
-    point, low, high = stats.stratified_bootstrap({"a": np.zeros(2), "b": np.ones(10)},
-                                                  lambda x: float(np.mean(x)))
-    assert point == low == high == pytest.approx(10 / 12)
-    point, low, high = stats.stratified_bootstrap({"a": np.arange(10.0)}, lambda x: float(np.mean(x)))
+    # Env a: 10 runs at 0, env b: 20 runs at 1. Resampling within each env always draws 10 zeros
+    # and 20 ones, so the mean never moves; pooled resampling would.
+    point, low, high = stats.stratified_bootstrap({"a": np.zeros(10), "b": np.ones(20)}, stats.mean)
+    assert point == low == high == pytest.approx(20 / 30)
+    point, low, high = stats.stratified_bootstrap({"a": np.arange(10.0)}, stats.mean)
     assert point == 4.5 and low < 4.5 < high
     # the percentile interval of the mean of 0..9 is close to the t interval's
     assert (high - low) / 2 == pytest.approx(stats.t_interval(np.arange(10.0)), rel=0.25)
+    # the IQM of a batch of samples is scipy's 25%-trimmed mean of each
+    batch = np.random.default_rng(0).normal(size=(5, 12))
+    np.testing.assert_allclose(stats.iqm(batch, axis=1), [scipy_stats.trim_mean(row, 0.25) for row in batch])
+
+
+def test_no_interval_is_claimed_where_an_env_has_too_few_runs():
+    point, low, high = stats.stratified_bootstrap({"a": np.array([0.291]), "b": np.arange(12.0)})
+    assert point == pytest.approx(stats.iqm([0.291, *range(12)])) and math.isnan(low) and math.isnan(high)
+
+
+def test_the_intervals_keep_their_coverage_in_simulation():
+    """1,000 draws from a normal law: the t interval over 3 runs, and the bootstrap at its fewest
+    runs (MIN_BOOTSTRAP_RUNS), each cover the true mean at least 90% of the time (nominal 95%)."""
+    rng = np.random.default_rng(0)
+    draws = rng.normal(1.0, 2.0, (1000, 3))
+    half = np.array([stats.t_interval(d) for d in draws])
+    assert np.mean(np.abs(draws.mean(1) - 1.0) <= half) >= 0.9
+    low_t, high_t = scipy_stats.t.interval(0.95, 2, loc=draws[0].mean(), scale=scipy_stats.sem(draws[0]))
+    assert half[0] == pytest.approx((high_t - low_t) / 2)  # scipy's own t interval
+    n = stats.MIN_BOOTSTRAP_RUNS
+    covered = 0
+    for i, d in enumerate(rng.normal(1.0, 2.0, (1000, n))):
+        _, low, high = stats.stratified_bootstrap({"env": d}, stats.mean, repetitions=500, seed=i)
+        covered += low <= 1.0 <= high
+    assert covered / 1000 >= 0.9, covered
 
 
 def test_performance_profile_weighs_every_env_the_same():
@@ -85,7 +110,8 @@ def test_report_normalizes_known_envs_and_aggregates_them(tmp_path):
     assert aggregate["iqm"][0] == pytest.approx(1.0)  # middle half of [0.5, 1, 1, 1, 1, 1]
     text = out["markdown"].read_text()
     assert "| MyEnv-v0 | env.id=MyEnv-v0 | 3 | 2.00 | 2.48 | n/a |" in text
-    assert "IQM" in text
+    assert "IQM" in text and "25% trimmed from each end" in text
+    assert "n/a (3 runs in an env, < 10)" in text  # 3 runs per env: no bootstrap interval claimed
     assert {p.name for p in out["images"]} == {"returns.png", "profile.png", "sps.png"}
 
 
@@ -103,10 +129,12 @@ def test_compare_flags_differences_whose_welch_interval_excludes_zero(tmp_path):
     assert (cartpole.difference, cartpole.verdict) == (300.0, "B better")
     assert cartpole.low == pytest.approx(300 - half, abs=1e-3)
     assert cartpole.high == pytest.approx(300 + half, abs=1e-3)
-    assert by_env["Acrobot-v1"].verdict == "same"
-    assert by_env["Solved-v0"].verdict == "same" and by_env["Solved-v0"].low == 0.0  # 500 = 500, no spread
+    assert by_env["Acrobot-v1"].verdict == "no difference detected at 95%"
+    assert by_env["Solved-v0"].verdict == "no difference detected at 95%" and by_env["Solved-v0"].low == 0.0
     assert result["only"] == {"A": ["Gone-v0"], "B": []}
-    assert "**B better**" in result["markdown"].read_text()
+    text = result["markdown"].read_text()
+    assert "**B better**" in text
+    assert f"A: {a} (the defaults)" in text.splitlines()[0]  # what differs: nothing set on either side here
 
 
 def test_rows_sort_numbers_as_numbers_and_the_sps_plot_reads(tmp_path):

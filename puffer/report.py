@@ -204,17 +204,24 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
             curves = [j.curve() for j in members if group_env == env and len(j.curve()[0])]
             if not curves:
                 continue
-            grid = np.linspace(0, min(c[0][-1] for c in curves), 50)
+            last = min(c[0][-1] for c in curves)
+            grid = np.linspace(0, last, 50) if all(len(c[0]) > 1 for c in curves) else np.array([last])
             values = np.array([np.interp(grid, steps, vals) for steps, vals in curves])
             mean = values.mean(0)
-            ax.plot(grid, mean, label=f"{setting} ({len(curves)} seeds)")
+            # one logged point is a marker, not a flat line across the axis
+            ax.plot(grid, mean, marker="o" if len(grid) == 1 else None,
+                    label=f"{setting} ({len(curves)} seeds)")
             if len(curves) > 1:
                 half = np.array([stats.t_interval(values[:, i]) for i in range(values.shape[1])])
-                ax.fill_between(grid, mean - half, mean + half, alpha=0.2)
+                # the t band, clipped to what the runs reached (a CartPole band of -130..590
+                # claims returns no episode can have)
+                ax.fill_between(grid, np.maximum(mean - half, values.min()), np.minimum(mean + half, values.max()),
+                                alpha=0.2)
         ax.set_title(env, fontsize=9)
         ax.set_xlabel("env steps")
         ax.set_ylabel("training episode return")
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(envs):]:
         ax.axis("off")
     fig.tight_layout()
@@ -226,7 +233,11 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
         taus = np.linspace(0, 1.5, 61)
         fig, ax = plt.subplots(figsize=(6, 4))
         for setting, a in aggregates.items():
-            ax.plot(taus, stats.performance_profile(a["scores"], taus), label=f"{setting} ({a['envs']} envs)")
+            line, = ax.plot(taus, stats.performance_profile(a["scores"], taus),
+                            label=f"{setting} ({a['envs']} envs, {a['runs']} runs)")
+            band = stats.profile_band(a["scores"], taus)
+            if band is not None:  # where every env has enough runs for the bootstrap
+                ax.fill_between(taus, *band, alpha=0.2, color=line.get_color())
         ax.set_xlabel("normalized score tau")
         ax.set_ylabel("fraction of runs with score > tau")
         ax.legend(fontsize=7)
@@ -240,10 +251,7 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
     bars = ax.barh([f"{r.env} | {r.setting}" for r in rows], values)
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
     ax.invert_yaxis()  # the table's order, top to bottom
-    positive = [v for v in values if v > 0]
-    if positive and max(positive) > 10 * min(positive):
-        ax.set_xscale("log")  # ranges 10x apart: a linear axis hides the small ones
-    ax.set_xlabel("steps per second")
+    ax.set_xlabel("steps per second (linear: bar lengths compare; the labels give small ones)")
     ax.tick_params(axis="y", labelsize=8)
     fig.tight_layout()
     images.append(out / "sps.png")

@@ -81,3 +81,19 @@ def performance_profile(scores: Mapping[str, np.ndarray], taus: np.ndarray) -> n
     if not strata:
         return np.full(len(taus), math.nan)
     return np.mean([(s[:, None] > np.asarray(taus)[None, :]).mean(0) for s in strata], axis=0)
+
+
+def profile_band(scores: Mapping[str, np.ndarray], taus: np.ndarray, repetitions: int = 1000,
+                 confidence: float = 0.95, seed: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
+    """A stratified bootstrap band of `performance_profile` (low, high per tau), or None where an
+    env has fewer than MIN_BOOTSTRAP_RUNS runs."""
+    strata = [np.asarray(v, dtype=np.float64) for v in scores.values() if len(v)]
+    if not strata or min(len(s) for s in strata) < MIN_BOOTSTRAP_RUNS:
+        return None
+    rng = np.random.default_rng(seed)
+    taus = np.asarray(taus)
+    fractions = np.mean([(s[rng.integers(0, len(s), (repetitions, len(s)))][:, :, None] > taus).mean(1)
+                         for s in strata], axis=0)  # repetitions x taus
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(fractions, [alpha, 1 - alpha], axis=0)
+    return low, high

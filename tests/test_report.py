@@ -164,3 +164,13 @@ def test_the_report_joins_the_sweeps_wandb_project_and_group(tmp_path):
     (sweep / "0" / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"sweep": {"dir": "outputs/multirun/a/b"}}}))
     assert sweep_logging(sweep) == {"project": "my-project", "entity": None, "mode": "offline",
                                     "group": "outputs_multirun_a_b"}
+
+
+def test_the_profile_band_brackets_the_profile_and_needs_enough_runs():
+    taus = np.linspace(0, 1.5, 16)
+    rng = np.random.default_rng(0)
+    scores = {"a": rng.uniform(0, 1.2, 12), "b": rng.uniform(0.5, 1.0, 10)}
+    low, high = stats.profile_band(scores, taus)
+    profile = stats.performance_profile(scores, taus)
+    assert (low <= profile + 1e-12).all() and (profile <= high + 1e-12).all() and (high > low).any()
+    assert stats.profile_band({"a": np.ones(3)}, taus) is None

@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import re
+import sys
 import warnings
 from collections import defaultdict
 from dataclasses import astuple, dataclass, field, fields
@@ -393,6 +394,12 @@ def main() -> None:
         log.info("%s", result["markdown"].read_text())
         log.info("wrote %s", result["markdown"])
         return
+    from puffer.extras import importable
+
+    if not importable("matplotlib"):  # before any work: the plots need it
+        sys.stderr.write("python -m puffer.report needs matplotlib for its plots (the sweeps extra): "
+                         "pip install 'puffer[sweeps]'\n")
+        sys.exit(2)
     result = report(args.sweep_dir, args.out, args.wandb)
     log.info("%s", result["markdown"].read_text())
     log.info("wrote %s, %s, %s", result["markdown"], result["csv"], ", ".join(map(str, result["images"])))

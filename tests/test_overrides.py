@@ -75,3 +75,15 @@ def test_a_suite_without_multirun_is_refused(cli, tmp_path):
     result = cli("+suite=classic", check=False)
     assert result.returncode == 2 and "+suite=classic is a grid of runs: add -m" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_report_without_matplotlib_names_the_extra(tmp_path):
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.modules['matplotlib'] = None; from puffer.report import main; "
+              f"sys.argv = ['report', {str(tmp_path)!r}]; main()")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("python -m puffer.report needs matplotlib for its plots (the sweeps "
+                                     "extra): pip install 'puffer[sweeps]'")

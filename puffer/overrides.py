@@ -86,15 +86,39 @@ def problem(cfg: DictConfig, arg: str) -> str | None:
     return f"{arg}: {what}; {hint}`python -m puffer --cfg job` prints every key"
 
 
+def composition_error(exc: Exception) -> str | None:
+    """Hydra's multi-line composition errors as one line: an unknown group option with the
+    options there are, a value of the wrong type with the type expected."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    text = str(exc)
+    if isinstance(exc, MissingConfigException) and "Could not find '" in text:
+        missing = text.split("Could not find '", 1)[1].split("'", 1)[0]  # e.g. vec/foo
+        group, _, option = missing.rpartition("/")
+        options = [line.strip() for line in text.split("Available options in", 1)[-1].splitlines()[1:]
+                   if line.startswith("\t") and "provider=" not in line] if "Available options" in text else []
+        near = difflib.get_close_matches(option, options, n=1, cutoff=0.5)
+        hint = f"did you mean {group}={near[0]}? " if near else ""
+        return (f"{group}={option}: no such option; {hint}{group} takes {', '.join(options)}" if options
+                else f"{missing}: no such config")
+    if isinstance(exc, ConfigCompositionException) and exc.__cause__ is not None:
+        override = text.removeprefix("Error merging override ").strip()
+        reason = str(exc.__cause__).splitlines()[0]
+        return f"{override}: {reason}" if override != text else None
+    return None
+
+
 def check(args: list[str]) -> str | None:
     """The first problem among command-line overrides, checked against the config that their
-    group choices (env=..., train=spo, +sweep=...) compose."""
+    group choices (env=..., train=spo, +sweep=...) compose; for a single run, also each value's
+    type and each group option."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from puffer.config import CONF_DIR
 
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep", "suite"}
+    multirun = "-m" in args or "--multirun" in args
     choices, keys = [], []
     for arg in args:
         parts = split(arg)
@@ -107,14 +131,18 @@ def check(args: list[str]) -> str | None:
             choices.append(f"{prefix}{key}={value.split(',')[0]}")  # a multirun's first option
         else:
             keys.append(arg)
-    if not keys:
-        return None
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=choices)
-    except Exception as exc:  # a bad group choice: Hydra's own message names it
-        log.debug("overrides not checked: composing %s failed: %s", choices, exc)
-        return None
+            try:
+                cfg = compose(config_name="config", overrides=choices)
+            except Exception as exc:  # a bad group choice, named in one line where we can
+                return composition_error(exc)
+            message = next((message for arg in keys if (message := problem(cfg, arg)) is not None), None)
+            if message is None and keys and not multirun:  # the values' types, as Hydra merges them
+                try:
+                    compose(config_name="config", overrides=choices + keys)
+                except Exception as exc:
+                    return composition_error(exc)
+            return message
     finally:
         GlobalHydra.instance().clear()
-    return next((message for arg in keys if (message := problem(cfg, arg)) is not None), None)

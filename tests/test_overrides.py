@@ -19,6 +19,12 @@ MISTAKES = [  # (the command line, what the one line must say)
     (["-m", "env=ocean/memory,ocean/bandit", "seed=0,1", "train.gama=0.9"], "did you mean train.gamma?"),
     (["env=classic/gym", "env.id=CartPole-v1", "env.kwargs.sutton_barto_reward=true"],
      "env.kwargs has no key sutton_barto_reward yet; add one with +env.kwargs.sutton_barto_reward=..."),
+    (["vec=multiproc"], "vec=multiproc: no such option; did you mean vec=multiprocessing? vec takes auto, "
+                        "multiprocessing, ray, serial"),
+    (["train=sp0"], "did you mean train=spo?"),
+    (["train.learning_rate=abc"], "train.learning_rate=abc: Value 'abc' of type 'str' could not be converted to Float"),
+    (["env=ocean/memory", "env.delay=1.5"], "could not be converted to Integer"),
+    (["eval.video=maybe"], "is not a valid bool"),
 ]
 
 

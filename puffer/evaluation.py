@@ -26,8 +26,14 @@ log = logging.getLogger(__name__)
 EVAL_SEED_OFFSET = 1_000_003
 
 
-def episode_quotas(episodes: int, num_envs: int) -> np.ndarray:
-    return np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+def episode_quotas(episodes: int, num_envs: int, first: int = 0) -> np.ndarray:
+    """Episodes per slot, spread evenly, except that slot 0 (the recorded one) plays at least
+    `first` of them."""
+    even = np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+    first = min(first, episodes)
+    if num_envs == 1 or even[0] >= first:
+        return even
+    return np.array([first, *episode_quotas(episodes - first, num_envs - 1)])
 
 
 def eval_envs(env_creator, episodes: int, num_envs: int, seed: int) -> Serial:
@@ -46,7 +52,7 @@ def eval_envs(env_creator, episodes: int, num_envs: int, seed: int) -> Serial:
 def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
              device: str | torch.device = "cpu", deterministic: bool = True,
              num_envs: int = 8, max_episode_steps: int = 100_000,
-             recorder_factory=None) -> dict[str, float]:
+             recorder_factory=None, recorded_episodes: int = 1) -> dict[str, float]:
     """Play `episodes` episodes; returns the mean, std and Student's t 95% interval of the
     episode return, and the mean length.
 
@@ -54,14 +60,16 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
     with no time limit cannot hang the evaluation: it counts toward its slot's quota as
     `truncated`, with no return (it has none), and since its env cannot be reset alone, so does
     the rest of that slot's quota. A warning says how many; if every episode was cut, the return
-    statistics are NaN. `recorder_factory(env)`, given, records the first eval env's episodes
+    statistics are NaN. `recorder_factory(env)`, given, records the first eval env's episodes,
+    `recorded_episodes` of them (that env plays at least as many)
     (a puffer.video.EpisodeRecorder)."""
     returns, lengths = [], []
     with eval_envs(env_creator, episodes, num_envs, seed + EVAL_SEED_OFFSET) as vec, threads.using(
             threads.inference_threads(policy, vec.single_observation_space, vec.num_rows)):
         # An episode slot is an env, or a row of a native env whose rows are separate episodes.
         rows = vec.agents_per_env if vec.driver_env.independent_rows else 1
-        quotas = episode_quotas(episodes, vec.num_envs * rows)
+        quotas = episode_quotas(episodes, vec.num_envs * rows,
+                                first=recorded_episodes if recorder_factory is not None else 0)
         done_count = np.zeros_like(quotas)
         episode_steps = np.zeros_like(quotas)  # steps of each slot's current episode
         truncated = 0

@@ -535,7 +535,7 @@ def final_evaluation(cfg: DictConfig, policy, env_creator, device: str,
             creator, factory = rendering(env_creator), recorder_factory(cfg, run_dir, recorders)
         result = evaluate(policy, creator, cfg.eval.episodes, cfg.seed, device,
                           deterministic=deterministic, max_episode_steps=cfg.eval.max_steps,
-                          recorder_factory=factory)
+                          recorder_factory=factory, recorded_episodes=cfg.eval.video_episodes)
         metrics.update({f"{prefix}{k}": v for k, v in result.items()})
         for path in (recorders[0].written if recorders else []):
             if logger is not None:
@@ -623,7 +623,7 @@ def training_videos(cfg: DictConfig, env_creator, device: str, run_dir: Path, lo
             return
         recorders: list = []
         evaluate(trainer.policy, creator, cfg.eval.video_episodes, cfg.seed, device, deterministic=True,
-                 num_envs=1, max_episode_steps=cfg.eval.max_steps,
+                 num_envs=1, max_episode_steps=cfg.eval.max_steps, recorded_episodes=cfg.eval.video_episodes,
                  recorder_factory=recorder_factory(cfg, run_dir, recorders, prefix=f"epoch_{trainer.epoch:06d}"))
         for path in recorders[0].written:
             logger.log_video(f"train/video_{path.stem.rsplit('_', 1)[-1]}", path, step=trainer.global_step)

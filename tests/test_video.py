@@ -26,6 +26,20 @@ def test_a_gymnasium_evaluation_episode_is_recorded_frame_by_frame(make_cfg, tmp
     assert frames(video).shape == (metrics["eval/length_mean"] + 1, 400, 600, 3)
 
 
+def test_as_many_videos_as_asked_when_the_episodes_are_spread_over_envs(make_cfg, tmp_path):
+    from puffer.evaluation import episode_quotas
+
+    assert episode_quotas(3, 3, first=3).tolist() == [3, 0, 0]  # the recorded env plays them all
+    assert episode_quotas(10, 8, first=3).tolist() == [3, 1, 1, 1, 1, 1, 1, 1]
+    assert episode_quotas(6, 3, first=1).tolist() == [2, 2, 2]
+    run(make_cfg("train.total_timesteps=512", "eval.episodes=3", "eval.video=true", "eval.video_episodes=3"),
+        tmp_path / "cartpole")
+    assert len(list((tmp_path / "cartpole" / "videos").glob("*.mp4"))) == 3
+    run(make_cfg("env=ocean/pong", "env.num_rows=16", "train.total_timesteps=1024", "eval.episodes=2",
+                 "eval.video=true", "eval.video_episodes=2"), tmp_path / "pong")  # rows as episodes
+    assert len(list((tmp_path / "pong" / "videos").glob("*.mp4"))) == 2
+
+
 def test_atari_videos_show_full_frames_and_a_cut_episode_is_kept(make_cfg, tmp_path):
     pytest.importorskip("ale_py")
     run(make_cfg("env=atari/breakout", "vec.num_envs=2", "train.total_timesteps=256", "train.num_steps=32",

@@ -10,6 +10,7 @@ or GOMP_SPINCOUNT of your own is left as it is. How many threads torch uses: puf
 """
 
 import os
+import sys
 
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "3000")
@@ -17,6 +18,12 @@ if "OMP_WAIT_POLICY" not in os.environ:
 # a signal still has its default action (a script without handlers of its own, a worker), and the
 # process then ignores Ctrl-C and SIGTERM while it renders: leave signals to Python.
 os.environ.setdefault("SDL_NO_SIGNAL_HANDLERS", "1")
+# Without a display, pygame.init() (every classic-control frame) still tries SDL's Wayland video
+# driver, which prints "error: XDG_RUNTIME_DIR is invalid or not set" on every video run and reads
+# like a failure: off-screen frames need no video driver. (A display keeps SDL's own choice, for
+# eval.watch.)
+if sys.platform == "linux" and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 __version__ = "0.1.0"
 

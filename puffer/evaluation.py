@@ -40,12 +40,11 @@ def eval_envs(env_creator, episodes: int, num_envs: int, seed: int) -> Serial:
     """Up to `num_envs` envs for `episodes` episodes; one alone where its rows are separate
     episodes, enough for all of them (a native batched env: more objects would only step more
     rows than the evaluation reads)."""
+    first = env_creator()  # made once: building an env can be slow, or open a window
+    if getattr(first, "independent_rows", False) and first.num_agents >= episodes:
+        num_envs = 1
     num_envs = max(1, min(num_envs, episodes))
-    vec = Serial(env_creator, num_envs=1, seed=seed)
-    if num_envs == 1 or (vec.driver_env.independent_rows and vec.agents_per_env >= episodes):
-        return vec
-    vec.close()
-    return Serial(env_creator, num_envs=num_envs, seed=seed)
+    return Serial([lambda: first, *[env_creator] * (num_envs - 1)], num_envs=num_envs, seed=seed)
 
 
 @torch.inference_mode()

@@ -26,6 +26,19 @@ def test_a_gymnasium_evaluation_episode_is_recorded_frame_by_frame(make_cfg, tmp
     assert frames(video).shape == (metrics["eval/length_mean"] + 1, 400, 600, 3)
 
 
+def test_rendering_a_classic_control_env_prints_no_sound_server_error():
+    import subprocess
+    import sys
+
+    script = ("import puffer, gymnasium as gym; env = gym.make('CartPole-v1', render_mode='rgb_array'); "
+              "env.reset(seed=0); assert env.render().shape == (400, 600, 3)")
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("XDG_RUNTIME_DIR", "SDL_VIDEODRIVER", "DISPLAY", "WAYLAND_DISPLAY")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+                            timeout=60)
+    assert result.returncode == 0 and "XDG_RUNTIME_DIR" not in result.stdout + result.stderr, result.stderr
+
+
 def test_as_many_videos_as_asked_when_the_episodes_are_spread_over_envs(make_cfg, tmp_path):
     from puffer.evaluation import episode_quotas
 

@@ -8,9 +8,7 @@ families' extras table (puffer.envs.catalog.EXTRAS, which `--info envs` shows to
 
 from __future__ import annotations
 
-import importlib
-
-from puffer.envs.catalog import EXTRAS
+from puffer.envs.catalog import EXTRAS, importable
 
 # group choice (key=value on the command line) -> (extra, a module it provides)
 CHOICES = {
@@ -22,16 +20,6 @@ CHOICES = {
     "hydra/launcher=ray": ("sweeps", "hydra_plugins.hydra_ray_launcher"),
 }
 OPTUNA = ("sweeps", "hydra_plugins.hydra_optuna_sweeper")
-
-
-def importable(module: str) -> bool:
-    """Whether `module` imports (not only whether it is found: a package whose own dependency is
-    missing is as missing)."""
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True
 
 
 def needs(arg: str) -> list[tuple[str, str]]:

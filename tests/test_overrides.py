@@ -93,3 +93,17 @@ def test_the_report_without_matplotlib_names_the_extra(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("python -m puffer.report needs matplotlib for its plots (the sweeps "
                                      "extra): pip install 'puffer[sweeps]'")
+
+
+def test_info_envs_tells_a_pettingzoo_family_whose_own_dependencies_are_missing():
+    """pettingzoo installed but not what its sisl family imports (Box2D): multiwalker is not
+    runnable, and the line says what installs it; the butterfly family still is."""
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.modules['Box2D'] = None; from puffer.__main__ import cli; "
+              "sys.argv = ['puffer', '--info', 'envs']; cli()")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    rows = {line.split()[0]: line.split()[2:] for line in result.stdout.splitlines()[1:]}
+    assert rows["pettingzoo/multiwalker"] == ["no", "pip", "install", "'pettingzoo[sisl]'"]
+    assert rows["pettingzoo/kaz"][0] == "yes" and rows["box2d/lunarlander"][0] == "no"

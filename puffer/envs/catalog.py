@@ -27,6 +27,17 @@ class EnvConfig:
     runs: str  # the gymnasium id, Atari game or PettingZoo module
     extra: str | None
     installed: bool
+    install: str = "-"  # the command that installs what it needs
+
+
+def importable(module: str) -> bool:
+    """Whether `module` imports (not only whether it is found: a package whose own dependency is
+    missing is as missing)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 def env_names(conf_dir: Path = CONF_DIR) -> list[str]:
@@ -55,12 +66,19 @@ def _runs(path: Path) -> str:
 
 
 def catalog(conf_dir: Path = CONF_DIR) -> list[EnvConfig]:
+    from puffer.envs import pettingzoo_install
+
     rows = []
     for name in env_names(conf_dir):
         family = name.split("/")[0]
         extra, module = EXTRAS.get(family, (None, None))
+        runs = _runs(conf_dir / "env" / f"{name}.yaml")
         installed = module is None or importlib.util.find_spec(module) is not None
-        rows.append(EnvConfig(name, _runs(conf_dir / "env" / f"{name}.yaml"), extra, installed))
+        install = f"pip install 'puffer[{extra}]'" if extra else "-"
+        if family == "pettingzoo" and not runs.startswith("any") and "." in runs:
+            # a PettingZoo family brings dependencies of its own (sisl: pymunk, ...): import it
+            installed, install = installed and importable(runs), pettingzoo_install(runs)
+        rows.append(EnvConfig(name, runs, extra, installed, install))
     return rows
 
 
@@ -68,8 +86,7 @@ def table(rows: list[EnvConfig]) -> str:
     width = max(len(row.runs) for row in rows)
     lines = [f"{'env=':<28} {'runs':<{width}}  {'installed':<9}  needs"]
     for row in rows:
-        needs = f"pip install 'puffer[{row.extra}]'" if row.extra else "-"
-        lines.append(f"{row.name:<28} {row.runs:<{width}}  {'yes' if row.installed else 'no':<9}  {needs}")
+        lines.append(f"{row.name:<28} {row.runs:<{width}}  {'yes' if row.installed else 'no':<9}  {row.install}")
     return "\n".join(lines)
 
 

@@ -63,6 +63,10 @@ SUITE = {
     "classic/pendulum": ("Pendulum-v1", "Pendulum-v1", {}, 100_000, dict(
         n_envs=4, n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
         learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
+    "classic/mountaincar_continuous": ("MountainCarContinuous-v0", "MountainCarContinuous-v0", {}, 20_000, dict(
+        normalize=True, n_envs=1, n_steps=8, batch_size=256, gae_lambda=0.9, gamma=0.9999, n_epochs=10,
+        ent_coef=0.00429, learning_rate=7.77e-05, clip_range=0.1, max_grad_norm=5, vf_coef=0.19,
+        use_sde=True, policy_kwargs=dict(log_std_init=-3.29, ortho_init=False))),
     "box2d/lunarlander": ("LunarLander-v3", "LunarLander-v3", {}, 1_000_000, dict(
         n_envs=16, n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4, ent_coef=0.01)),
     "box2d/lunarlander_continuous": (
@@ -79,6 +83,7 @@ SUITE = {
 }
 # The zoo's published PPO figures (benchmark.md): mean and std over its evaluation episodes.
 ZOO_STD = {"CartPole-v1": 0.0, "Acrobot-v1": 18.201, "MountainCar-v0": 19.473, "Pendulum-v1": 104.159,
+           "MountainCarContinuous-v0": 2.572,
            "LunarLander-v3": 31.823, "LunarLander-v3(continuous=True)": 32.072,
            "HalfCheetah-v5": 663.53, "Hopper-v5": 10.026}
 
@@ -162,7 +167,7 @@ def sb3_setup(config: str, seed: int):
         if isinstance(zoo.get(key), str):  # lin_X: linear decay to 0, as the zoo parses it
             start = float(zoo[key].removeprefix("lin_"))
             zoo[key] = lambda progress, start=start: progress * start
-    if "policy_kwargs" in zoo:
+    if zoo.get("policy_kwargs", {}).get("activation_fn") == "relu":  # by name in the zoo's file
         zoo["policy_kwargs"] = {**zoo["policy_kwargs"], "activation_fn": torch.nn.ReLU}
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
     if normalize:

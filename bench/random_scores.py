@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 
 ENVS = [("CartPole-v1", {}), ("Acrobot-v1", {}), ("MountainCar-v0", {}), ("Pendulum-v1", {}),
-        ("LunarLander-v3", {}), ("LunarLander-v3", {"continuous": True}), ("BipedalWalker-v3", {})]
+        ("LunarLander-v3", {}), ("LunarLander-v3", {"continuous": True}), ("BipedalWalker-v3", {}),
+        ("MountainCarContinuous-v0", {})]
 
 
 def random_returns(env_id: str, kwargs: dict, episodes: int = 100) -> np.ndarray:

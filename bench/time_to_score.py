@@ -15,8 +15,9 @@ threshold while the next one (if any) stays there; a run that never does is cens
 budget's wall time and shown with `>`. Steps to score likewise.
 
 The thresholds are gymnasium's registered `reward_threshold` where it has one (CartPole-v1 475,
-Acrobot-v1 -100, MountainCar-v0 -110, LunarLander-v3 200) and, where it has none or asks for
-what the zoo's PPO does not reach at its budget, the figure of puffer issue 32: Pendulum-v1
+Acrobot-v1 -100, MountainCar-v0 -110, MountainCarContinuous-v0 90, LunarLander-v3 200) and,
+where it has none or asks for what the zoo's PPO does not reach at its budget, the figure of
+puffer issue 32: Pendulum-v1
 -200, HalfCheetah-v5 5,000, Hopper-v5 2,000. The Ocean sanity envs (`--envs ocean/memory ...`,
 or `--envs ocean` for all of them) use their solved scores (puffer.envs.ocean.SOLVED, with the
 stochastic policy where that is what solved means) and their config's budget; they have no
@@ -59,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EVAL_EPISODES = 10
 THRESHOLDS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "MountainCar-v0": -110.0, "Pendulum-v1": -200.0,
               "LunarLander-v3": 200.0, "LunarLander-v3(continuous=True)": 200.0, "HalfCheetah-v5": 5000.0,
-              "Hopper-v5": 2000.0}
+              "Hopper-v5": 2000.0, "MountainCarContinuous-v0": 90.0}
 
 
 def score_of(config: str) -> tuple[str, float, bool]:

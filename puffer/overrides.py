@@ -29,8 +29,9 @@ MOVED = {
 
 
 def split(arg: str) -> tuple[str, str, str] | None:
-    """(prefix '+' / '++' / '', dotted key, value) of a `key=value` override; None for flags,
-    deletions (~key), hydra.* keys and group choices (keys without a dot that name a group)."""
+    """(prefix '+' / '++' / '', key, value) of a `key=value` override (a group choice such as
+    env=... too); None for flags, deletions (~key), hydra.* keys and Hydra's group@package and
+    group/subgroup forms."""
     if arg.startswith(("-", "~")) or "=" not in arg:
         return None
     key, value = arg.split("=", 1)

@@ -36,6 +36,7 @@ REFERENCES: dict[str, Reference] = {
     "Acrobot-v1": Reference(-497.1, -73.506, 1_000_000, RANDOM_HERE, ZOO),
     "MountainCar-v0": Reference(-200.0, -110.423, 1_000_000, RANDOM_HERE, ZOO),
     "Pendulum-v1": Reference(-1207.6, -172.225, 100_000, RANDOM_HERE, ZOO),
+    "MountainCarContinuous-v0": Reference(-33.3, 88.343, 20_000, RANDOM_HERE, ZOO),
     "LunarLander-v3": Reference(-192.0, 242.119, 1_000_000, RANDOM_HERE, ZOO),
     "LunarLander-v3(continuous=True)": Reference(-212.7, 270.863, 1_000_000, RANDOM_HERE, ZOO),
     "BipedalWalker-v3": Reference(-102.8, 213.299, 5_000_000, RANDOM_HERE, ZOO),

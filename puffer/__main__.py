@@ -59,8 +59,9 @@ def main(cfg: DictConfig) -> float | tuple[float, ...]:
 def single_run_of_a_grid(args: list[str]) -> str | None:
     """+suite=... and +sweep=... describe many runs: without -m Hydra would run one job with the
     defaults and say nothing."""
-    if "-m" in args or "--multirun" in args:
-        return None
+    inspecting = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "--resolve")
+    if "-m" in args or "--multirun" in args or any(arg in inspecting for arg in args):
+        return None  # (--cfg hydra +suite=classic prints the grid without running it)
     grid = next((arg for arg in args if arg.startswith(("+suite=", "+sweep="))), None)
     if grid is None:
         return None

@@ -81,6 +81,8 @@ def test_a_suite_without_multirun_is_refused(cli, tmp_path):
     result = cli("+suite=classic", check=False)
     assert result.returncode == 2 and "+suite=classic is a grid of runs: add -m" in result.stderr
     assert not (tmp_path / "run").exists()
+    shown = cli("+suite=classic", "--cfg", "hydra")  # printing the grid runs nothing: allowed
+    assert "classic/acrobot" in shown.stdout
 
 
 def test_the_report_without_matplotlib_names_the_extra(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from wandb.proto import wandb_internal_pb2 as pb
 
 BLOCK = 32 * 1024
@@ -27,6 +28,8 @@ def read_records(path: str | Path) -> list[pb.Record]:
             pos += left_in_block
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if pos + 7 + length > len(data):  # the chunk wandb's service is still writing
+            break
         chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 0 and length == 0:
@@ -52,7 +55,10 @@ def finished_run_records(run_dir: str | Path, timeout: float = 20.0) -> list[pb.
     while True:
         files = list(Path(run_dir).glob("wandb/offline-run-*/run-*.wandb"))
         if len(files) == 1:
-            records = read_records(files[0])
+            try:
+                records = read_records(files[0])
+            except DecodeError:  # read between two writes of one record: read again
+                records = []
             if any(r.HasField("exit") for r in records):
                 return records
         assert time.monotonic() < deadline, f"no finished W&B run file under {run_dir}: {files}"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from puffer.stats import t_interval
+from puffer.report.stats import t_interval
 
 
 def rate(step: Callable[[], int], seconds: float) -> float:

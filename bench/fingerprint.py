@@ -25,7 +25,7 @@ from common import print_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from puffer import checkpoint  # noqa: E402
+from puffer.files import checkpoint  # noqa: E402
 from puffer.loggers.base import read_metrics  # noqa: E402
 
 BREAKOUT = ["env=atari/breakout", "vec.num_envs=4", "train.total_timesteps=2048", "train.num_steps=64",

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import compare, print_table  # noqa: E402
 from learn_suite import run_puffer  # noqa: E402
 
-from puffer.stats import t_interval  # noqa: E402
+from puffer.report.stats import t_interval  # noqa: E402
 
 # env config -> (its short name, the steps of this benchmark, overrides every run of it takes).
 # Short budgets for this 2-core CPU; Breakout uses its workers' half batches.
@@ -48,7 +48,7 @@ OPTIONS = {
     "muon": ["train.optimizer=muon"],
     # annealed along a cosine, also where the env's config keeps the LR constant (zoo settings)
     "cosine": ["train.anneal_lr=true", "train.lr_schedule=cosine"],
-    "spo": ["train=spo"],  # the second algorithm (puffer.spo), not an option of PPO
+    "spo": ["train=spo"],  # the second algorithm (puffer.training.spo), not an option of PPO
 }
 
 

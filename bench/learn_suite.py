@@ -16,7 +16,7 @@ is missing; a change of puffer's overrides is a different run.
 
 Prints per env: the mean evaluation return over seeds with its Student's t 95% interval for
 puffer and SB3, the zoo's published figure (benchmark.md: mean +- std over its evaluation
-episodes, one agent; puffer.references), vs zoo (ok: puffer's mean at or above the zoo's
+episodes, one agent; puffer.report.references), vs zoo (ok: puffer's mean at or above the zoo's
 mean minus its std), against SB3 here (better / worse where the t intervals do not overlap,
 else same), and the wall time of each with the ratio SB3 / puffer. The steps default to
 the zoo's budget for each env; --steps overrides them all.
@@ -41,13 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import compare, print_table  # noqa: E402
 
 from puffer.evaluation import EVAL_SEED_OFFSET  # noqa: E402
-from puffer.references import lookup  # noqa: E402
-from puffer.stats import t_interval  # noqa: E402
+from puffer.report.references import lookup  # noqa: E402
+from puffer.report.stats import t_interval  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_EPISODES = 10
 
-# puffer config -> (env name in puffer.references, gymnasium id, kwargs, the zoo's budget, the
+# puffer config -> (env name in puffer.report.references, gymnasium id, kwargs, the zoo's budget, the
 # zoo's PPO settings in SB3's names (hyperparams/ppo.yml); "normalize" wraps VecNormalize).
 # The zoo's MuJoCo policy_kwargs (activation by name; turned into the torch class in sb3_job)
 MUJOCO_POLICY = dict(log_std_init=-2, ortho_init=False, activation_fn="relu",

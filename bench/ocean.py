@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import best_of, print_table, rate  # noqa: E402
 
-from puffer.config import OCEAN_ENVS  # noqa: E402
+from puffer.config.schema import OCEAN_ENVS  # noqa: E402
 from puffer.envs import ocean  # noqa: E402
 
 SANITY = ("memory", "bandit", "password", "stochastic", "continuous", "spaces", "multiagent", "nim")

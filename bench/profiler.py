@@ -22,9 +22,9 @@ from common import print_table  # noqa: E402
 import puffer.vector  # noqa: E402
 from puffer.config import TrainConfig  # noqa: E402
 from puffer.envs.ocean import CartPole  # noqa: E402
-from puffer.models import Default  # noqa: E402
-from puffer.ppo import PPO, seed_everything  # noqa: E402
-from puffer.profiler import Profiler  # noqa: E402
+from puffer.monitor.profiler import Profiler  # noqa: E402
+from puffer.policies.networks import Default  # noqa: E402
+from puffer.training.ppo import PPO, seed_everything  # noqa: E402
 
 
 def train_sps(enabled: bool, steps: int) -> float:

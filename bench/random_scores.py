@@ -1,4 +1,4 @@
-"""The random-policy scores of puffer.references: uniform random actions, 100 episodes per env on
+"""The random-policy scores of puffer.report.references: uniform random actions, 100 episodes per env on
 seeds 0-99, mean and standard error. Needs the box2d extra.
 
     python bench/random_scores.py

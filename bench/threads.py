@@ -5,9 +5,9 @@ Adam) timed at 1 and N threads, alone and two processes at once, with puffer's b
     python bench/threads.py [--threads 2] [--seconds 2]
 
 Each (model, threads, spin) is measured in fresh subprocesses, since OpenMP reads its settings
-once at start-up. The FLOPs column is what puffer.threads counts for the same step
+once at start-up. The FLOPs column is what puffer.runtime.threads counts for the same step
 (torch's FlopCounterMode): the thread policy gives the learner more than one thread only above
-`puffer.threads.FLOPS_PER_EXTRA_THREAD` per thread, chosen from this table. Run it on a quiet
+`puffer.runtime.threads.FLOPS_PER_EXTRA_THREAD` per thread, chosen from this table. Run it on a quiet
 machine (`uptime`): it is about the model, not about contention.
 """
 
@@ -38,8 +38,8 @@ CHILD = r"""
 import json, sys, time
 import numpy as np, torch
 from gymnasium import spaces
-from puffer.models import Default, NatureCNN
-from puffer.threads import learn_step_flops
+from puffer.policies.networks import Default, NatureCNN
+from puffer.runtime.threads import learn_step_flops
 shape, dtype, kwargs, rows, threads, seconds = json.loads(sys.argv[1])
 torch.set_num_threads(threads)
 torch.manual_seed(0)

@@ -54,7 +54,7 @@ from common import print_table  # noqa: E402
 from learn_suite import SUITE, sb3_evaluate, sb3_setup, suite_parser, suite_run  # noqa: E402
 
 from puffer.envs.ocean import SOLVED  # noqa: E402
-from puffer.stats import t_interval  # noqa: E402
+from puffer.report.stats import t_interval  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_EPISODES = 10
@@ -105,7 +105,7 @@ def composed(config: str, overrides):
 def puffer_epoch_steps(config: str, overrides) -> int:
     """Steps per epoch: rows (an env's agents, or a native env's rows, times vec.num_envs) x
     train.num_steps."""
-    from puffer.run import make_env_creator
+    from puffer.build import make_env_creator
 
     cfg = composed(config, overrides)
     env = make_env_creator(cfg)()
@@ -133,9 +133,9 @@ def puffer_evaluate(run_dir: Path, seed: int, deterministic: bool = True) -> lis
     from omegaconf import OmegaConf
 
     import puffer
-    from puffer import checkpoint
+    from puffer.build import make_env_creator
     from puffer.evaluation import evaluate
-    from puffer.run import make_env_creator
+    from puffer.files import checkpoint
 
     points = []
     for path in sorted((run_dir / "checkpoints").glob("epoch_*.pt")):

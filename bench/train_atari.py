@@ -31,11 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
 
 import puffer.config  # noqa: E402,F401
-from puffer import profiler  # noqa: E402
-from puffer.allocator import retain_freed_memory  # noqa: E402
-from puffer.models import ActionDist, NatureCNN  # noqa: E402
+from puffer.monitor import profiler  # noqa: E402
+from puffer.policies.distributions import ActionDist  # noqa: E402
+from puffer.policies.networks import NatureCNN
 from puffer.run import run  # noqa: E402
-from puffer.threads import usable_cpus  # noqa: E402
+from puffer.runtime.allocator import retain_freed_memory  # noqa: E402
+from puffer.runtime.threads import usable_cpus  # noqa: E402
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 NUM_ENVS, NUM_STEPS, EPOCHS, MINIBATCHES = 8, 128, 4, 4

@@ -6,7 +6,7 @@ It bounds how long torch's OpenMP threads spin while they wait (GOMP_SPINCOUNT, 
 torch loads OpenMP, so import puffer before torch for it to apply): libgomp's default of 300,000
 spins holds a core that another process needs, and two runs side by side with two threads each
 then take 4-5x as long per Nature CNN step instead of 2x (bench/threads.py). An OMP_WAIT_POLICY
-or GOMP_SPINCOUNT of your own is left as it is. How many threads torch uses: puffer.threads.
+or GOMP_SPINCOUNT of your own is left as it is. How many threads torch uses: puffer.runtime.threads.
 """
 
 import os
@@ -40,7 +40,7 @@ def load(path, device: str = "cpu", trust_code: bool = False):
     """The trained agent at `path` (a run directory, an exported agent folder, model.safetensors,
     a checkpoint or `latest`): `agent.act(obs)` takes the env's own observations and returns its
     actions (puffer.agent). Loading runs no code from the file; `trust_code=True` reads files
-    that can (pickles of older runs), for files from someone you trust (puffer.trust)."""
+    that can (pickles of older runs), for files from someone you trust (puffer.files.trust)."""
     from puffer.agent import load as _load
 
     return _load(path, device, trust_code)

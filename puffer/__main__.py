@@ -23,11 +23,10 @@ log = logging.getLogger("puffer")
 def user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message says all a user needs (the key, the value, what was expected, or the
     env's own traceback): printed as one message, without puffer's traceback."""
-    from puffer.checkpoint import CheckpointError
-    from puffer.config import ConfigError
-    from puffer.spaces import SpaceError
-    from puffer.trainer import NonFiniteError
-    from puffer.trust import UntrustedFileError
+    from puffer.emulation.spaces import SpaceError
+    from puffer.errors import CheckpointError, ConfigError
+    from puffer.files.trust import UntrustedFileError
+    from puffer.training.trainer import NonFiniteError
     from puffer.vector.base import EnvError, VecConfigError
 
     return (ConfigError, CheckpointError, SpaceError, NonFiniteError, EnvError, VecConfigError,
@@ -77,7 +76,7 @@ def cli() -> None:
 
         sys.stdout.write(table(catalog()) + "\n")
         return
-    from puffer import extras, overrides
+    from puffer.cli import extras, overrides
     from puffer.envs.catalog import check_env_choices
 
     problem = (check_env_choices(args) or unwritable_output_dir(args) or extras.missing(args)

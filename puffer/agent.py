@@ -5,13 +5,13 @@
     actions = agent.act(batch_of_obs, deterministic=False)  # or a batch (leading dimension)
 
 What lives here: `Agent` (flattening native observations, the policy, decoding actions back into
-the native space, a recurrent policy's state) and `load`. What does not: training (puffer.trainer),
+the native space, a recurrent policy's state) and `load`. What does not: training (puffer.training.trainer),
 the evaluation protocol (puffer.evaluation, which takes `agent.policy`), the file format
-(puffer.model_file).
+(puffer.files.model_file).
 
 `model.safetensors` holds the policy's weights (observation normalization statistics included),
 the run's config and the spaces, so loading needs neither the run directory nor, for a model
-file, the env; and it is data: loading one runs no code from it (puffer.trust).
+file, the env; and it is data: loading one runs no code from it (puffer.files.trust).
 """
 
 from __future__ import annotations
@@ -22,12 +22,19 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
+from omegaconf import DictConfig, OmegaConf
 
-from puffer import checkpoint, model_file, trust
-from puffer.actions import ActionLayout
-from puffer.models import ActionDist
-from puffer.padding import AgentPadding
-from puffer.spaces import ObsLayout, get_path
+from puffer.build import spaces_from_config
+from puffer.config.resume import overridden, saved_config
+from puffer.emulation.actions import ActionLayout
+from puffer.emulation.padding import AgentPadding
+from puffer.emulation.spaces import ObsLayout, get_path
+from puffer.errors import ConfigError
+from puffer.files import checkpoint, model_file, trust
+from puffer.monitor.progress import env_name
+from puffer.policies.acting import Acting
+from puffer.policies.build import build_policy
+from puffer.renamed import migrate_config
 
 
 class Agent:
@@ -57,8 +64,8 @@ class Agent:
         self.training = training or {}  # what the training was: steps, wall time, command (model_file)
         self.obs_layout = ObsLayout(getattr(observation_space, "native", observation_space))
         self.action_layout = ActionLayout(self.native_action_space)
-        self.dist = ActionDist(action_space)
-        self.recurrent = getattr(policy, "is_recurrent", False)
+        self.acting = Acting(policy, action_space)
+        self.recurrent = self.acting.recurrent
         self.state = None
         self.padding = AgentPadding.from_agent_spaces("agent", agent_spaces) if agent_spaces else None
 
@@ -83,17 +90,15 @@ class Agent:
             return self._act_per_agent(obs, deterministic, episode_start)
         rows, batched = self.flatten(obs)
         obs_t = torch.from_numpy(rows).to(self.device)
+        starts = None
         if self.recurrent:
             if self.state is None or self.state[0].shape[0] != len(rows):
-                self.state = self.policy.initial_state(len(rows), self.device)
+                self.state = self.acting.initial_state(len(rows), self.device)
             if episode_start is not None:
-                keep = ~torch.as_tensor(np.asarray(episode_start, bool).reshape(-1), device=self.device)
-                self.state = tuple(x * keep[:, None] for x in self.state)
-            params, _, self.state = self.policy.step(obs_t, self.state)
-        else:
-            params, _ = self.policy(obs_t)
-        action = self.dist.mode(params) if deterministic else self.dist.sample(params)[0]
-        flat = self.dist.to_env(action)
+                starts = torch.as_tensor(np.asarray(episode_start, bool).reshape(-1), device=self.device)
+        params, _, self.state = self.acting.outputs(obs_t, self.state, starts)
+        action, _ = self.acting.choose(params, deterministic)
+        flat = self.acting.to_env(action)
         native = [self.action_layout.decode(row, check=False) for row in flat]
         if not batched:
             return native[0]
@@ -159,18 +164,16 @@ def load(path: str | Path, device: str = "cpu", trust_code: bool = False) -> Age
     checkpoint, or `latest`). Nothing in the file runs: its config may name only puffer's own
     policy and env classes, and a pickled file (an older run's model.pt) is refused, unless
     `trust_code`, for a file from someone you trust."""
-    from puffer.run import build_policy, spaces_from_config
-
     file = model_path(path)
     where = f"path={str(path)!r}"
     if file.suffix == ".safetensors":
         saved = model_file.read(file, where, device)
-        config, spaces_, weights, training = (saved.config, (saved.observation_space, saved.action_space,
+        config, spaces_, weights, training = (migrate_config(saved.config), (saved.observation_space, saved.action_space,
                                               saved.native_action_space), saved.state_dict, saved.training)
         agent_spaces = saved.agent_spaces
     else:
         state = checkpoint.read(file, where, map_location=device, trust_code=trust_code, envs=False)
-        config, weights, agent_spaces = checkpoint.saved_config(state) or {}, state["policy"], None
+        config, weights, agent_spaces = saved_config(state) or {}, state["policy"], None
         training = {"global_step": state.get("global_step"), "epoch": state.get("epoch"),
                     "wall_seconds": state.get("train_seconds")}
         training = {key: value for key, value in training.items() if value is not None}
@@ -183,3 +186,26 @@ def load(path: str | Path, device: str = "cpu", trust_code: bool = False) -> Age
     policy = build_policy(config["policy"], spaces_[0], spaces_[1])
     policy.load_state_dict(weights)
     return Agent(policy, *spaces_, config=config, device=device, training=training, agent_spaces=agent_spaces)
+
+
+def load_for_evaluation(cfg: DictConfig, path: Path, device, overrides: list[str] | None) -> Agent:
+    """The policy as it was trained (its architecture is in the file's config); refused, before
+    any episode, when the env this command line names has other spaces than it was trained on."""
+    agent = load(path, device, trust_code=cfg.trust_code)
+    if overridden("env", overrides):
+        observation_space, action_space, _ = spaces_from_config(OmegaConf.to_container(cfg, resolve=True))
+        if (observation_space, action_space) != (agent.observation_space, agent.action_space):
+            raise ConfigError(f"checkpoint={cfg.checkpoint!r}: the policy was trained on observations "
+                              f"{agent.observation_space} and actions {agent.action_space}, the env this "
+                              f"command names ({env_name(cfg)}) has {observation_space} and {action_space}; "
+                              "evaluate it on its own env (leave env= out) or on one with the same spaces")
+    return agent
+
+
+def evaluation_config(cfg: DictConfig, agent: Agent, overrides: list[str] | None) -> DictConfig:
+    """`cfg` with the env the agent was trained on, unless the command line names another."""
+    saved_env = (agent.config or {}).get("env")
+    if saved_env and not overridden("env", overrides):
+        cfg = cfg.copy()
+        cfg.env = OmegaConf.create(saved_env)
+    return cfg

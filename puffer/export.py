@@ -5,7 +5,7 @@
 The folder follows the layout of Hugging Face model repositories (as SB3's and CleanRL's shared
 agents do), so `huggingface_hub.HfApi().upload_folder(folder_path=..., repo_id=...)` publishes
 it as it is:
-- `model.safetensors`: the weights, spaces and config (puffer.model_file; data only);
+- `model.safetensors`: the weights, spaces and config (puffer.files.model_file; data only);
 - `README.md`: the model card, with the hub's metadata block (library, tags, the evaluation as
   `model-index`) and the env, algorithm, steps, wall time, the evaluation's mean with its Student's
   t 95% interval over `eval.episodes` held-out episodes, the command that trained it, puffer's
@@ -15,7 +15,7 @@ it as it is:
   and the video extra is installed (otherwise a warning says why there is none).
 
 `puffer.load(<folder>)` and `mode=eval checkpoint=<folder>` take the folder. Nothing here needs a
-network. What does not live here: the model file's format (puffer.model_file), the evaluation
+network. What does not live here: the model file's format (puffer.files.model_file), the evaluation
 protocol (puffer.evaluation).
 """
 
@@ -30,8 +30,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 import puffer
-from puffer import model_file
-from puffer.config import ConfigError, resolve_device
+from puffer.agent import evaluation_config, load_for_evaluation, model_path
+from puffer.build import make_env_creator
+from puffer.config.validate import resolve_device
+from puffer.errors import ConfigError
+from puffer.evaluation.runs import check_recording, final_evaluation
+from puffer.files import model_file
+from puffer.monitor.progress import env_name
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +44,6 @@ log = logging.getLogger(__name__)
 def export(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> dict[str, float]:
     """Write the agent of `cfg.checkpoint` into `cfg.mode.dir`; returns its evaluation (on the
     env it was trained on, unless the command line, `overrides`, names another)."""
-    from puffer.agent import model_path
-    from puffer.run import (
-        evaluation_config,
-        final_evaluation,
-        load_for_evaluation,
-        make_env_creator,
-    )
-
     target = Path(cfg.mode.dir)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ConfigError(f"mode.dir={cfg.mode.dir!r}: exists and is not an empty folder; name a new one")
@@ -56,8 +53,9 @@ def export(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -
     cfg = evaluation_config(cfg, agent, overrides)
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target) as scratch:
-        metrics = final_evaluation(with_video(cfg, cfg.mode.video and can_record(cfg)), agent.policy,
-                                   make_env_creator(cfg, evaluation=True), device, Path(scratch))
+        settings = with_video(cfg, cfg.mode.video and can_record(cfg)).eval
+        metrics = final_evaluation(settings, cfg.seed, agent.policy, make_env_creator(cfg, evaluation=True),
+                                   device, Path(scratch), game="module" in cfg.env)
         videos = sorted((Path(scratch) / "videos").glob("*.mp4"))
         if videos:
             shutil.move(videos[0], target / "replay.mp4")
@@ -82,10 +80,8 @@ def with_video(cfg: DictConfig, video: bool) -> DictConfig:
 def can_record(cfg: DictConfig) -> bool:
     """Whether replay.mp4 can be made (the check a run makes before recording: the video extra,
     a render_mode, one rendered frame); a warning says why not otherwise."""
-    from puffer.run import check_recording
-
     try:
-        check_recording(cfg, "mode.video")
+        check_recording(make_env_creator(cfg, evaluation=True), cfg.seed, env_name(cfg), "mode.video")
     except ConfigError as exc:
         log.warning("no replay.mp4: %s", exc)
         return False
@@ -93,8 +89,6 @@ def can_record(cfg: DictConfig) -> bool:
 
 
 def env_label(cfg: DictConfig) -> str:
-    from puffer.progress import env_name
-
     return env_name(cfg)
 
 
@@ -102,7 +96,7 @@ def model_card(agent, cfg: DictConfig, metrics: dict[str, float]) -> str:
     """README.md: the hub's metadata block, then what the agent is and how well it plays."""
     config = agent.config or {}
     env = env_label(cfg)
-    algorithm = str((config.get("train") or {}).get("_target_", "puffer.ppo.PPO")).rsplit(".", 1)[-1]
+    algorithm = str((config.get("train") or {}).get("_target_", "puffer.training.ppo.PPO")).rsplit(".", 1)[-1]
     training = agent.training or {}
     mean, ci, std = metrics["eval/return_mean"], metrics["eval/return_ci95"], metrics["eval/return_std"]
     steps = training.get("global_step")

@@ -1,14 +1,14 @@
-"""One run from a composed config: build envs, policy and loggers, train, evaluate, save.
+"""One run from a composed config: the mode's dispatch, the run directory and what a run leaves
+in it, and the lines it ends with.
 
-What lives here: `run(cfg, run_dir)`, what `python -m puffer` calls, and the builders it uses. The
-objects are the public Python API's (puffer.vector.make, puffer.models, puffer.ppo.PPO): the
-Hydra app is a thin layer over the same code path as a user script.
+What lives here: `run(cfg, run_dir)`, what `python -m puffer` calls, and `train(*overrides)`, the
+same from Python. What does not: building the objects from the config (puffer.build), the
+evaluations (puffer.evaluation.runs), loading a trained agent (puffer.agent).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import signal
@@ -16,152 +16,37 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-import puffer.vector
-from puffer import checkpoint, distributed, model_file, profiler
-from puffer.agent import Agent, load, model_path
-from puffer.config import CONF_DIR, ConfigError, algorithm_class, resolve_device, validate
-from puffer.evaluation import evaluate
-from puffer.loggers.base import JsonlLogger, Logger, MultiLogger
-from puffer.models import ActionMasked, mask_leaf
-from puffer.profiler import Profiler
-from puffer.progress import ProgressReporter, env_name
-from puffer.signals import Signals, interrupt
-from puffer.trainer import Stopped, Trainer, seed_everything
+import puffer
+from puffer.agent import Agent, evaluation_config, load, load_for_evaluation, model_path
+from puffer.build import (
+    algorithm_class,
+    check,
+    hydra_job_info,
+    make_env_creator,
+    make_logger,
+    make_policy,
+    make_vecenv,
+    multiprocessing_options,
+)
+from puffer.config import CONF_DIR
+from puffer.config.resume import check_resumable, resumed_config
+from puffer.config.validate import resolve_device
+from puffer.errors import ConfigError
+from puffer.evaluation.runs import check_recording, final_evaluation, training_videos
+from puffer.files import checkpoint, model_file
+from puffer.loggers.base import Logger
+from puffer.monitor import profiler
+from puffer.monitor.profiler import Profiler
+from puffer.monitor.progress import ProgressReporter, env_name
+from puffer.runtime import distributed
+from puffer.training.signals import Signals, interrupt
+from puffer.training.trainer import Stopped, Trainer, seed_everything
 
 log = logging.getLogger(__name__)
-
-
-def make_env_creator(cfg: DictConfig, evaluation: bool = False):
-    """The env group's `_target_` with its fields, as a picklable zero-argument creator. For
-    evaluation, the env's `eval_kwargs` (e.g. Atari: full games, true rewards) apply on top."""
-    node = OmegaConf.to_container(cfg.env, resolve=True)
-    eval_kwargs = node.pop("eval_kwargs", None) or {}
-    if evaluation:
-        node.update(eval_kwargs)
-    # not recursive: env.wrappers entries with a _target_ are built by the env maker, around the env
-    return instantiate(node, _partial_=True, _convert_="all", _recursive_=False)
-
-
-def make_vecenv(cfg: DictConfig, env_creator, seed: int | None = None):
-    """The vector env of cfg.vec; env i is seeded `seed + i` (`seed`: cfg.seed, or a rank's)."""
-    seed = cfg.seed if seed is None else seed
-    v = cfg.vec
-    settings: dict[str, Any] = {"backend": v.backend, "num_workers": v.num_workers,
-                                "envs_per_batch": v.envs_per_batch}
-    if v.backend == "auto":
-        from puffer.vector.autotune import autotune
-
-        settings = autotune(env_creator, v.num_envs, seconds=v.autotune_seconds, seed=seed)
-    extra: dict[str, Any] = {}
-    if settings["backend"] == "multiprocessing":  # autotune may pick more workers than cores
-        extra = multiprocessing_options(v, settings.pop("overwork", False))
-    elif settings["backend"] == "ray":
-        extra = {"address": v.ray_address, "step_timeout": v.step_timeout,
-                 "restart_failed_workers": v.restart_failed_workers}
-    else:
-        extra = {"step_timeout": v.step_timeout}
-    return puffer.vector.make(env_creator, num_envs=v.num_envs, seed=seed, **settings, **extra)
-
-
-def multiprocessing_options(v: DictConfig, overwork: bool = False) -> dict[str, Any]:
-    """The vec.* keys that only the Multiprocessing backend reads."""
-    return {"overwork": overwork or v.overwork, "start_method": v.start_method,
-            "step_in_main": v.step_in_main, "step_timeout": v.step_timeout,
-            "restart_failed_workers": v.restart_failed_workers}
-
-
-def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module:
-    """The policy group's `_target_`; `rnn: lstm` wraps it in an LSTM; an `action_mask` entry in
-    a Dict observation masks its logits (puffer.models.ActionMasked); `norm_obs: true` wraps it
-    all in running observation normalization (so the LSTM sees normalized inputs too)."""
-    node = dict(OmegaConf.to_container(policy_cfg, resolve=True) if isinstance(policy_cfg, DictConfig)
-                else policy_cfg)
-    rnn = node.pop("rnn", None)
-    norm_obs, obs_clip = node.pop("norm_obs", False), node.pop("obs_clip", 10.0)
-    policy = instantiate(node, observation_space, action_space)
-    if rnn is not None:
-        if rnn != "lstm":
-            raise ConfigError(f"policy.rnn={rnn!r}: expected lstm or null")
-        from puffer.models import LSTMWrapper
-
-        policy = LSTMWrapper(policy)
-    if mask_leaf(observation_space, action_space) is not None:
-        policy = ActionMasked(policy, observation_space, action_space)
-    if norm_obs:
-        from puffer.normalize import NormalizedPolicy
-
-        policy = NormalizedPolicy(policy, observation_space, clip=obs_clip)
-    return policy
-
-
-def spaces_from_config(config: dict, agents: bool = False) -> tuple:
-    """(flat observation, flat action, native action) spaces of a run's env, built once; with
-    `agents`, also each agent's own (observation, action) spaces where the agents' differ (None
-    where they do not)."""
-    env = make_env_creator(OmegaConf.create(config), evaluation=True)()
-    try:
-        layout = getattr(env, "action_layout", None)
-        found = (env.single_observation_space, env.single_action_space,
-                 layout.space if layout is not None else env.single_action_space)
-        if not agents:
-            return found
-        padding = getattr(env, "padding", None)
-        return (*found, padding.agent_spaces if padding is not None else None)
-    finally:
-        env.close()
-
-
-def make_policy(cfg: DictConfig, vecenv) -> torch.nn.Module:
-    policy = build_policy(cfg.policy, vecenv.single_observation_space, vecenv.single_action_space)
-    log.info("policy: %s", describe_policy(policy))
-    return policy
-
-
-def describe_policy(policy: torch.nn.Module) -> str:
-    """The policy's class, how it reads each observation leaf, and its parameter count: e.g.
-    `Default (obs: cnn -> 256), 1,234,567 parameters`."""
-    from puffer.models import ObsEncoder
-
-    parts = ("ObsEncoder", "ImageEncoder", "TextEncoder", "ActionHead")
-    encoders = [m for m in policy.modules() if isinstance(m, ObsEncoder)]
-    layers = dict.fromkeys(type(m).__name__ for m in policy.modules()
-                           if type(m).__module__.startswith("puffer.") and type(m).__name__ not in parts)
-    reading = f" ({encoders[0].describe()})" if encoders else ""
-    count = sum(p.numel() for p in policy.parameters())
-    return f"{' > '.join(layers)}{reading}, {count:,} parameters"
-
-
-def make_logger(cfg: DictConfig, run_dir: Path, job: dict) -> Logger:
-    loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
-    config = OmegaConf.to_container(cfg, resolve=True)
-    if "wandb" in cfg.logger.backends:
-        from puffer.loggers.wandb import WandbLogger
-
-        loggers.append(WandbLogger(cfg.logger, run_dir, config, **job))
-    if "tensorboard" in cfg.logger.backends:
-        from puffer.loggers.tensorboard import TensorBoardLogger
-
-        loggers.append(TensorBoardLogger(run_dir, config))
-    return MultiLogger(loggers)
-
-
-def hydra_job_info() -> dict:
-    """Name, tags and group of this job for the logger: the overrides, and the sweep it is in."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return {"name": None, "tags": [], "group": None}
-    hc = HydraConfig.get()
-    overrides = [o for o in hc.overrides.task if not o.startswith(("hydra.", "logger.", "logger="))]
-    multirun = str(hc.mode) == "RunMode.MULTIRUN"
-    group = Path(hc.sweep.dir).as_posix().replace("/", "_") if multirun else None
-    return {"name": ",".join(overrides) or None, "tags": overrides, "group": group}
 
 
 @dataclass
@@ -219,14 +104,14 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     mode=profile trains briefly and reports where the time went instead of evaluating.
     `overrides`, the command line `cfg` was composed from (under Hydra: its own), lets a resumed
     run take the rest of its config from the checkpoint."""
-    validate(cfg)
+    check(cfg)
     overrides = command_line() if overrides is None else overrides
     resume, resume_state = (checkpoint.load(cfg.resume, map_location="cpu", trust_code=cfg.trust_code)
                             if cfg.resume else (None, None))
     if resume is not None:
-        cfg = checkpoint.resumed_config(cfg, resume_state, overrides)
-        validate(cfg)
-        checkpoint.check_resumable(resume, resume_state, cfg)
+        cfg = resumed_config(cfg, resume_state, overrides)
+        check(cfg)
+        check_resumable(resume, resume_state, cfg)
     run_dir = prepare_run_dir(cfg, Path(run_dir))
     if cfg.mode.name == "eval":
         return run_eval(cfg, run_dir, overrides)
@@ -237,7 +122,7 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     if cfg.mode.name == "benchmark":
         return run_benchmark(cfg, run_dir)
     device = resolve_device(cfg.device)
-    # under torchrun: one rank of a data-parallel learner (puffer.distributed), seeded apart
+    # under torchrun: one rank of a data-parallel learner (puffer.runtime.distributed), seeded apart
     ctx = (distributed.init(device, cfg.dist.backend, cfg.dist.timeout)
            if cfg.mode.name == "train" else distributed.SINGLE)
     device, seed = distributed.rank_device(device, ctx), cfg.seed + ctx.rank
@@ -251,7 +136,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     sync = cfg.profile.sync_cuda if cfg.profile.sync_cuda is not None else profiling
 
     if (cfg.eval.video or cfg.eval.video_interval) and not profiling and ctx.is_main:
-        check_recording(cfg, "eval.video" if cfg.eval.video else "eval.video_interval")
+        check_recording(make_env_creator(cfg, evaluation=True), cfg.seed, env_name(cfg),
+                        "eval.video" if cfg.eval.video else "eval.video_interval")
     env_creator = make_env_creator(cfg)
     vecenv = make_vecenv(cfg, env_creator, seed)
     logger = progress = None
@@ -269,7 +155,7 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
                             run_dir=None if profiling else run_dir, progress=progress,
                             full_config=OmegaConf.to_container(cfg, resolve=True),
                             profiler=Profiler(device, sync=sync),
-                            epoch_hooks=[score_watch, *([training_videos(cfg, make_env_creator(cfg, evaluation=True),
+                            epoch_hooks=[score_watch, *([training_videos(cfg.eval, cfg.seed, make_env_creator(cfg, evaluation=True),
                                                                          device, run_dir, logger)]
                                                         if cfg.eval.video_interval and not profiling and ctx.is_main
                                                         else [])])
@@ -294,8 +180,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
                     "puffer_version": puffer.__version__}
         logger.log_checkpoint(Agent.from_env(policy, vecenv.driver_env, trainer.full_config, training=training)
                               .save(run_dir / model_file.NAME))  # W&B: the final model as an artifact
-        metrics.update(final_evaluation(cfg, policy, make_env_creator(cfg, evaluation=True), device,
-                                        run_dir, logger))
+        metrics.update(final_evaluation(cfg.eval, cfg.seed, policy, make_env_creator(cfg, evaluation=True),
+                                        device, run_dir, logger, game="module" in cfg.env))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if evaluation:  # with the time to score beside it (always in the returned metrics)
             evaluation.update({k: metrics[k] for k in ("perf/scored", "perf/time_to_score_s",
@@ -380,11 +266,6 @@ def command_text(overrides: list[str] | None) -> str:
     return " ".join(["python -m puffer", *(shlex.quote(o) for o in overrides)])
 
 
-def overridden(group: str, overrides: list[str] | None) -> bool:
-    """Whether the command line (`overrides`) set `group` (e.g. env=... or env.id=...)."""
-    return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.", f"{group}/")) for o in overrides or [])
-
-
 def last_lines(run_dir: Path, finished: bool) -> None:
     """Where the outputs are and the commands that go on from them: the last lines a user sees."""
     log.info("outputs in %s: %s", run_dir, ", ".join(outputs(run_dir)))
@@ -414,8 +295,8 @@ def run_eval(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None)
     cfg = evaluation_config(cfg, agent, overrides)
     logger = make_logger(cfg, run_dir, hydra_job_info())
     try:
-        metrics = final_evaluation(cfg, agent.policy, make_env_creator(cfg, evaluation=True), device,
-                                   run_dir, logger)
+        metrics = final_evaluation(cfg.eval, cfg.seed, agent.policy, make_env_creator(cfg, evaluation=True),
+                                   device, run_dir, logger, game="module" in cfg.env)
         logger.log(metrics, 0)
     finally:
         logger.close()
@@ -427,32 +308,9 @@ def run_eval(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None)
     return metrics
 
 
-def load_for_evaluation(cfg: DictConfig, path: Path, device, overrides: list[str] | None) -> Agent:
-    """The policy as it was trained (its architecture is in the file's config); refused, before
-    any episode, when the env this command line names has other spaces than it was trained on."""
-    agent = load(path, device, trust_code=cfg.trust_code)
-    if overridden("env", overrides):
-        observation_space, action_space, _ = spaces_from_config(OmegaConf.to_container(cfg, resolve=True))
-        if (observation_space, action_space) != (agent.observation_space, agent.action_space):
-            raise ConfigError(f"checkpoint={cfg.checkpoint!r}: the policy was trained on observations "
-                              f"{agent.observation_space} and actions {agent.action_space}, the env this "
-                              f"command names ({env_name(cfg)}) has {observation_space} and {action_space}; "
-                              "evaluate it on its own env (leave env= out) or on one with the same spaces")
-    return agent
-
-
-def evaluation_config(cfg: DictConfig, agent: Agent, overrides: list[str] | None) -> DictConfig:
-    """`cfg` with the env the agent was trained on, unless the command line names another."""
-    saved_env = (agent.config or {}).get("env")
-    if saved_env and not overridden("env", overrides):
-        cfg = cfg.copy()
-        cfg.env = OmegaConf.create(saved_env)
-    return cfg
-
-
 def run_benchmark(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """mode=benchmark: random-action steps/second of the configured env and vec settings."""
-    from puffer.bench import RLBenchmark
+    from puffer.vector.benchmark import RLBenchmark
 
     v = cfg.vec
     extra = multiprocessing_options(v) if v.backend == "multiprocessing" else {}
@@ -519,113 +377,3 @@ def report_profile(metrics: dict[str, float], run_dir: Path) -> None:
     Console(soft_wrap=True).print(text, markup=False, highlight=False)
 
 
-def final_evaluation(cfg: DictConfig, policy, env_creator, device: str,
-                     run_dir: Path | None = None, logger: Logger | None = None) -> dict[str, float]:
-    """The evaluation protocol, deterministic then stochastic; with eval.video, the first
-    deterministic episodes are recorded into <run_dir>/videos and given to the logger."""
-    if cfg.eval.episodes == 0:
-        return {}
-    metrics = {}
-    for deterministic, prefix in ((True, "eval/"), (False, "eval/stochastic_")):
-        recorders: list = []
-        creator, factory = env_creator, None
-        if cfg.eval.watch and deterministic:  # the env draws its own window as it steps
-            creator = rendering(env_creator, "human", key="eval.watch")
-        elif cfg.eval.video and deterministic and run_dir is not None:
-            creator, factory = rendering(env_creator), recorder_factory(cfg, run_dir, recorders)
-        result = evaluate(policy, creator, cfg.eval.episodes, cfg.seed, device,
-                          deterministic=deterministic, max_episode_steps=cfg.eval.max_steps,
-                          recorder_factory=factory, recorded_episodes=cfg.eval.video_episodes)
-        metrics.update({f"{prefix}{k}": v for k, v in result.items()})
-        for path in (recorders[0].written if recorders else []):
-            if logger is not None:
-                logger.log_video(f"eval/video_{path.stem.rsplit('_', 1)[-1]}", path)
-    if "module" in cfg.env and turn_based(env_creator):  # a game: how it fares against random play
-        from puffer.evaluation import against_random
-
-        result = against_random(policy, env_creator, cfg.eval.episodes, cfg.seed, device)
-        metrics.update({f"eval/{k}": v for k, v in result.items()})
-        log.info("against a random player: %.0f%% won, %.0f%% drawn, %.0f%% lost over %d games",
-                 100 * result["vs_random_win"], 100 * result["vs_random_draw"],
-                 100 * result["vs_random_loss"], result["vs_random_games"])
-    return metrics
-
-
-def turn_based(env_creator) -> bool:
-    """Whether the env is a turn-based game (puffer.emulation.TurnBasedPufferEnv)."""
-    env = env_creator()
-    try:
-        return bool(getattr(env, "turn_based", False))
-    finally:
-        env.close()
-
-
-def rendering(env_creator, render_mode: str = "rgb_array", key: str = "eval.video"):
-    """The env creator with this render_mode, or a clear error if the env takes none."""
-    import inspect
-
-    target = getattr(env_creator, "func", env_creator)
-    if "render_mode" not in inspect.signature(target).parameters and not any(
-            p.kind == p.VAR_KEYWORD for p in inspect.signature(target).parameters.values()):
-        raise ConfigError(f"{key}=true: {getattr(target, '__qualname__', target)} takes no "
-                          "render_mode, so its env cannot be rendered; expected a gymnasium, Atari "
-                          "or PettingZoo env")
-    return functools.partial(env_creator, render_mode=render_mode)
-
-
-def check_recording(cfg: DictConfig, key: str) -> None:
-    """Before training: the video extra is there and the env renders one rgb_array frame, so
-    that a requested video cannot fail after hours of training; one line naming the fix if not."""
-    from puffer.video import _imageio
-
-    _imageio()
-    creator = rendering(make_env_creator(cfg, evaluation=True), key=key)
-    env = creator()
-    try:
-        env.reset(seed=cfg.seed)
-        frame = env.render()
-    except Exception as exc:  # whatever the env's renderer raises (pygame, OpenGL, ...)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = ""
-        if "pygame" in first:
-            hint = "; its renderer needs pygame: pip install 'puffer[video]'"
-        elif "OpenGL" in first or "GL" in type(exc).__name__ or "mujoco" in type(exc).__module__:
-            hint = ("; MuJoCo renders without a display through EGL (MUJOCO_GL=egl, libEGL) or OSMesa "
-                    "(MUJOCO_GL=osmesa, libOSMesa): install one of them")
-        raise ConfigError(f"{key}=true: {env_name(cfg)} could not render a frame ({type(exc).__name__}: "
-                          f"{first}){hint}") from None
-    finally:
-        env.close()
-    if frame is None:
-        raise ConfigError(f"{key}=true: {env_name(cfg)} rendered no frame; it needs render_mode='rgb_array' support")
-
-
-def recorder_factory(cfg: DictConfig, run_dir: Path, recorders: list, prefix: str = "eval"):
-    from puffer.video import EpisodeRecorder
-
-    def make(env):
-        recorders.append(EpisodeRecorder(env, run_dir / "videos", cfg.eval.video_episodes,
-                                         cfg.eval.video_fps, prefix=prefix))
-        return recorders[-1]
-
-    return make
-
-
-def training_videos(cfg: DictConfig, env_creator, device: str, run_dir: Path, logger: Logger):
-    """The epoch hook of eval.video_interval: every K epochs, the first eval.video_episodes
-    deterministic episodes of the current policy (on evaluation seeds, in the main process) as
-    videos/epoch_<N>_<k>.mp4, logged at the current step. Deterministic acting draws no random
-    numbers, so a run with videos trains exactly as one without."""
-    creator = rendering(env_creator, key="eval.video_interval")
-
-    def record(trainer) -> None:
-        if trainer.epoch % cfg.eval.video_interval:
-            return
-        recorders: list = []
-        evaluate(trainer.policy, creator, cfg.eval.video_episodes, cfg.seed, device, deterministic=True,
-                 num_envs=1, max_episode_steps=cfg.eval.max_steps, recorded_episodes=cfg.eval.video_episodes,
-                 recorder_factory=recorder_factory(cfg, run_dir, recorders, prefix=f"epoch_{trainer.epoch:06d}"))
-        for path in recorders[0].written:
-            logger.log_video(f"train/video_{path.stem.rsplit('_', 1)[-1]}", path, step=trainer.global_step)
-
-    return record

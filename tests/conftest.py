@@ -16,7 +16,7 @@ CONF = ROOT / "conf"
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
-# The tests' checkpoints are signed with a key of their own (puffer.trust), not the user's.
+# The tests' checkpoints are signed with a key of their own (puffer.files.trust), not the user's.
 if "PUFFER_KEY_FILE" not in os.environ:
     import tempfile
 

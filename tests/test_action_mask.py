@@ -11,9 +11,10 @@ from gymnasium import spaces
 import puffer.vector
 from puffer.config import TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
-from puffer.models import ActionDist, ActionMasked
-from puffer.ppo import PPO, seed_everything
-from puffer.run import build_policy
+from puffer.policies.build import build_policy
+from puffer.policies.distributions import ActionDist
+from puffer.policies.wrappers import ActionMasked
+from puffer.training.ppo import PPO, seed_everything
 
 
 class PickALegalDoor(gym.Env):
@@ -49,7 +50,7 @@ def doors():
 def test_masked_policy_never_takes_an_illegal_action_in_rollouts_or_evaluation(rnn):
     seed_everything(0)
     vec = puffer.vector.make(doors, num_envs=4, seed=0)
-    policy = build_policy({"_target_": "puffer.models.Default", "rnn": rnn}, vec.single_observation_space,
+    policy = build_policy({"_target_": "puffer.policies.networks.Default", "rnn": rnn}, vec.single_observation_space,
                           vec.single_action_space)
     assert isinstance(policy, ActionMasked)
     trainer = PPO(TrainConfig(num_steps=64, total_timesteps=1024), vec, policy)
@@ -69,7 +70,7 @@ def test_no_masked_action_is_sampled_in_ten_to_the_five_training_steps():
     policy sampling them keeps changing): not one action outside its step's mask."""
     seed_everything(1)
     vec = puffer.vector.make(doors, num_envs=16, seed=1)
-    policy = build_policy({"_target_": "puffer.models.Default"}, vec.single_observation_space,
+    policy = build_policy({"_target_": "puffer.policies.networks.Default"}, vec.single_observation_space,
                           vec.single_action_space)
     counts = {"steps": 0, "masked": 0}
 
@@ -92,7 +93,7 @@ def test_no_masked_action_is_sampled_in_ten_to_the_five_training_steps():
 
 def test_masked_logits_give_zero_probability_and_a_finite_entropy():
     env = doors()
-    policy = build_policy({"_target_": "puffer.models.Default"}, env.single_observation_space,
+    policy = build_policy({"_target_": "puffer.policies.networks.Default"}, env.single_observation_space,
                           env.single_action_space)
     obs, _ = env.reset(seed=1)
     params, _ = policy(torch.from_numpy(obs))
@@ -110,4 +111,4 @@ def test_a_mask_of_the_wrong_size_is_a_clear_error():
 
     env = GymnasiumPufferEnv(env=WrongMask())
     with pytest.raises(ValueError, match=r"obs\['action_mask'\] has 5 entries but the action space"):
-        build_policy({"_target_": "puffer.models.Default"}, env.single_observation_space, env.single_action_space)
+        build_policy({"_target_": "puffer.policies.networks.Default"}, env.single_observation_space, env.single_action_space)

@@ -13,8 +13,8 @@ from puffer.agent import Agent
 from puffer.config import TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
 from puffer.evaluation import EVAL_SEED_OFFSET
-from puffer.ppo import PPO, seed_everything
-from puffer.run import build_policy
+from puffer.policies.build import build_policy
+from puffer.training.ppo import PPO, seed_everything
 
 
 def play(agent, env, seed: int) -> float:
@@ -72,7 +72,7 @@ def dict_world():
 def test_agent_acts_on_native_dict_observations_single_or_batched_and_round_trips(rnn, tmp_path):
     seed_everything(0)
     vec = puffer.vector.make(dict_world, num_envs=4, seed=0)
-    policy_cfg = {"_target_": "puffer.models.Default", "hidden_size": 32, "norm_obs": True, "rnn": rnn}
+    policy_cfg = {"_target_": "puffer.policies.networks.Default", "hidden_size": 32, "norm_obs": True, "rnn": rnn}
     policy = build_policy(policy_cfg, vec.single_observation_space, vec.single_action_space)
     PPO(TrainConfig(num_steps=32, total_timesteps=256), vec, policy).train()
     agent = Agent.from_env(policy, vec.driver_env, config={"policy": policy_cfg})
@@ -104,7 +104,7 @@ def test_agent_acts_on_native_dict_observations_single_or_batched_and_round_trip
 
 def test_a_wrong_observation_shape_is_a_clear_error():
     env = GymnasiumPufferEnv(env=gym.make("CartPole-v1"))
-    policy = build_policy({"_target_": "puffer.models.Default"}, env.single_observation_space,
+    policy = build_policy({"_target_": "puffer.policies.networks.Default"}, env.single_observation_space,
                           env.single_action_space)
     agent = Agent.from_env(policy, env)
     with pytest.raises(ValueError, match=r"observation of shape \(3,\): expected \(4,\)"):

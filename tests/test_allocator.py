@@ -1,4 +1,4 @@
-"""puffer.allocator: with freed memory kept for reuse, a CNN update stops faulting its pages in
+"""puffer.runtime.allocator: with freed memory kept for reuse, a CNN update stops faulting its pages in
 again each minibatch, for little more peak memory."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ SNIPPET = """
 import json, resource, sys
 import numpy as np, torch
 from gymnasium import spaces
-from puffer.allocator import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, retain_freed_memory
-from puffer.models import NatureCNN
+from puffer.runtime.allocator import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, retain_freed_memory
+from puffer.policies.networks import NatureCNN
 if sys.argv[1] == "retain":
     assert retain_freed_memory()
 else:  # glibc's starting thresholds, held fixed: its own default moves them as blocks are freed

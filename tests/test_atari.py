@@ -10,17 +10,18 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from puffer import checkpoint
+from puffer.build import make_env_creator  # noqa: E402
 from puffer.envs.atari import game_id, make, make_env  # noqa: E402
+from puffer.files import checkpoint
 from puffer.loggers import read_metrics  # noqa: E402
-from puffer.run import make_env_creator, run  # noqa: E402
+from puffer.run import run
 from puffer.vector.base import pickled_by_arguments  # noqa: E402
 
 
 @pytest.mark.parametrize("game", ["breakout", "pong", "beam_rider", "space_invaders"])
 def test_game_configs_compose_with_the_cnn_and_cleanrl_settings(make_cfg, game):
     cfg = make_cfg(f"env=atari/{game}")
-    assert cfg.env.game == game and cfg.policy._target_ == "puffer.models.NatureCNN"
+    assert cfg.env.game == game and cfg.policy._target_ == "puffer.policies.networks.NatureCNN"
     t = cfg.train
     assert (cfg.vec.num_envs, t.num_steps, t.update_epochs, t.num_minibatches) == (8, 128, 4, 4)
     assert (t.learning_rate, t.clip_coef, t.ent_coef, t.gamma, t.gae_lambda) == (2.5e-4, 0.1, 0.01, 0.99, 0.95)

@@ -13,11 +13,12 @@ import torch
 from gymnasium import spaces
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
+from traces import assert_backends_agree
 
 import puffer
+from puffer.build import check, make_env_creator
 from puffer.config import ConfigError, validate
 from puffer.emulation import PufferEnv
-from puffer.run import make_env_creator
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -103,7 +104,7 @@ def test_wrong_type_is_rejected_with_its_name(make_cfg):
         ("vec.backend=threads", "vec.backend='threads'"),
         ("device=tpu", "device='tpu'"),
         ("logger.mode=sometimes", "logger.mode='sometimes'"),
-        ("train._target_=puffer.models.Default", "train._target_='puffer.models.Default'"),
+        ("train._target_=puffer.policies.networks.Default", "train._target_='puffer.policies.networks.Default'"),
         ("train._target_=puffer.nowhere.PPO", "train._target_='puffer.nowhere.PPO': cannot import"),
         ("seed=-1", "seed=-1: expected an integer >= 0"),
         ("policy.num_layers=0", "policy.num_layers=0: expected an integer >= 1"),
@@ -116,11 +117,11 @@ def test_wrong_type_is_rejected_with_its_name(make_cfg):
 )
 def test_impossible_values_are_rejected_before_envs_start(make_cfg, override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        validate(make_cfg(override))
+        check(make_cfg(override))
 
 
 def test_a_missing_eval_checkpoint_names_the_checkpoint_key(make_cfg, tmp_path):
-    from puffer.checkpoint import CheckpointError
+    from puffer.errors import CheckpointError
     from puffer.run import run
 
     with pytest.raises(CheckpointError, match="checkpoint='bogus': no such checkpoint"):
@@ -184,7 +185,7 @@ def test_cli_rejects_a_typo_before_training(cli):
 
 @pytest.mark.parametrize(("value", "processes"), [("true", 1), ("false", 2)])
 def test_vec_step_in_main_reaches_the_multiprocessing_backend(make_cfg, value, processes):
-    from puffer.run import make_vecenv
+    from puffer.build import make_vecenv
 
     cfg = make_cfg("vec=multiprocessing", "vec.num_envs=2", "vec.num_workers=2", f"vec.step_in_main={value}")
     with make_vecenv(cfg, make_env_creator(cfg)) as vec:
@@ -195,9 +196,9 @@ def test_box2d_configs_build_their_envs_and_keep_variants_apart(make_cfg):
     pytest.importorskip("Box2D")
     from gymnasium import spaces
 
+    from puffer.build import make_env_creator
     from puffer.envs import describe
-    from puffer.references import lookup
-    from puffer.run import make_env_creator
+    from puffer.report.references import lookup
 
     cfg = make_cfg("env=box2d/lunarlander_continuous")
     env = make_env_creator(cfg)()
@@ -240,7 +241,7 @@ def test_help_says_what_puffer_is_and_how_to_run_it(cli):
 
 
 def test_env_wrappers_from_the_command_line_wrap_in_order(make_cfg):
-    from puffer.run import make_env_creator
+    from puffer.build import make_env_creator
 
     cfg = make_cfg("env=classic/gym", "env.id=CartPole-v1",
                    "env.wrappers=[{_target_: gymnasium.wrappers.TimeLimit, max_episode_steps: 7},"
@@ -262,7 +263,7 @@ def test_env_wrappers_from_the_command_line_wrap_in_order(make_cfg):
 
 def test_minigrid_and_toy_text_configs_build(make_cfg):
     pytest.importorskip("minigrid")
-    from puffer.run import make_env_creator
+    from puffer.build import make_env_creator
 
     for name, shape in (("toy_text/frozenlake", (1,)), ("toy_text/taxi", (1,))):
         env = make_env_creator(make_cfg(f"env={name}"))()
@@ -277,7 +278,7 @@ def test_minigrid_and_toy_text_configs_build(make_cfg):
         assert native["image"].shape == (7, 7, 3) and native["direction"] == spaces.Discrete(4)
         from minigrid.core.mission import MissionSpace
 
-        assert isinstance(native["mission"], MissionSpace)  # read as text (puffer.spaces)
+        assert isinstance(native["mission"], MissionSpace)  # read as text (puffer.emulation.spaces)
     finally:
         env.close()
     grid = make_env_creator(make_cfg("env=minigrid/doorkey", "env.wrappers=[minigrid.wrappers.ImgObsWrapper]"))()
@@ -355,26 +356,22 @@ def test_each_family_steps_alike_on_serial_and_multiprocessing_and_trains_from_t
     """The family's extra is installed; its env, built from the CLI config, steps bit-identically
     on Serial and Multiprocessing workers for the same seed and actions; and `python -m puffer`
     trains it a few thousand steps on Multiprocessing workers, evaluates and exits 0."""
+    from puffer.build import make_env_creator, make_vecenv
     from puffer.envs.catalog import EXTRAS
-    from puffer.run import make_env_creator, make_vecenv
 
     family = name.split("/")[0]
     if family in EXTRAS:
         importlib.import_module(EXTRAS[family][1])  # installed by .ci/run: a missing one fails
-    observations = {}
-    for backend in ("serial", "multiprocessing"):
+    def make(backend):
         cfg = make_cfg(f"env={name}", f"vec={backend}", "vec.num_envs=2", "vec.envs_per_batch=null",
                        *(["vec.num_workers=2"] if backend == "multiprocessing" else []))
-        vec = make_vecenv(cfg, make_env_creator(cfg), seed=3)
+        return make_vecenv(cfg, make_env_creator(cfg), seed=3)
+
+    def actions(vec):
         vec.action_space.seed(0)  # the same valid random actions on both backends
-        with vec:
-            vec.async_reset(3)
-            seen = [vec.recv().obs.copy()]
-            for _ in range(40):
-                vec.send(vec.action_space.sample())
-                seen.append(vec.recv().obs.copy())
-        observations[backend] = np.stack(seen)
-    assert np.array_equal(observations["serial"], observations["multiprocessing"])
+        return lambda step: vec.action_space.sample()
+
+    assert_backends_agree(make, 40, 3, actions)
     result = cli(f"env={name}", "vec=multiprocessing", "vec.num_envs=2", "vec.num_workers=2",
                  "vec.envs_per_batch=null", "train.num_steps=64", "train.num_minibatches=2",
                  "train.total_timesteps=2048", "eval.episodes=1", "eval.max_steps=200", timeout=600)

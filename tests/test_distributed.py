@@ -1,4 +1,4 @@
-"""Data-parallel learning through the real `torchrun` (gloo on CPU): puffer.distributed."""
+"""Data-parallel learning through the real `torchrun` (gloo on CPU): puffer.runtime.distributed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import ROOT, assert_no_marked_process_left, marked_processes, wait_for_epochs
 
-from puffer import checkpoint
+from puffer.files import checkpoint
 from puffer.loggers import read_metrics
 from puffer.run import run
 
@@ -135,9 +135,9 @@ def test_sigterm_to_one_rank_saves_one_checkpoint_from_rank_0_and_every_rank_exi
 
 def test_slurm_tasks_of_the_submitit_launcher_become_ranks(monkeypatch):
     """What SLURM sets for task 3 of 4 on the second of two nodes: submitit's environment turns
-    it into torchrun's variables, which puffer.distributed.init then joins."""
+    it into torchrun's variables, which puffer.runtime.distributed.init then joins."""
     pytest.importorskip("submitit")
-    from puffer import distributed
+    from puffer.runtime import distributed
 
     # submitit writes os.environ itself: a copy of it here, so nothing leaks into later tests
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items()

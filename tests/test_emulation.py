@@ -13,10 +13,10 @@ from gymnasium import spaces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from puffer.actions import ActionLayout, HybridBox
 from puffer.emulation import GymnasiumPufferEnv, SpaceError, nativize
-from puffer.models import Default
-from puffer.spaces import FlatBox, ObsLayout, build_nest, iter_leaves
+from puffer.emulation.actions import ActionLayout, HybridBox
+from puffer.emulation.spaces import FlatBox, ObsLayout, build_nest, iter_leaves
+from puffer.policies.networks import Default
 
 DTYPES = [np.float32, np.float64, np.float16, np.uint8, np.int8, np.int32, np.int64, np.uint16]
 shapes = st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple)
@@ -392,7 +392,7 @@ def test_a_float_observation_slightly_outside_its_bounds_is_warned_once_not_fata
     space = spaces.Dict({"pos": spaces.Box(-2.5, 2.5, (2,), np.float32), "cell": spaces.Box(0, 9, (1,), np.int64)})
     layout = ObsLayout(space)
     drifted = {"pos": np.array([0.0, 2.52], np.float32), "cell": np.array([3])}
-    with caplog.at_level(logging.WARNING, logger="puffer.spaces"):
+    with caplog.at_level(logging.WARNING, logger="puffer.emulation.spaces"):
         layout.check(drifted, "LunarLanderLike-v0")
         layout.check(drifted, "LunarLanderLike-v0")
     warnings = [r for r in caplog.records if "outside the bounds" in r.getMessage()]
@@ -404,10 +404,15 @@ def test_a_float_observation_slightly_outside_its_bounds_is_warned_once_not_fata
 
 
 def test_action_spaces_pickled_under_their_old_module_still_load():
-    """model.pt files written before puffer.actions existed name puffer.spaces.HybridBox."""
+    """model.pt files written before puffer.actions existed name puffer.spaces.HybridBox; the
+    package's folders moved it again (puffer.emulation.actions): the rename table follows both."""
     import pickle
 
-    old = pickle.dumps(HybridBox([3], [-1.0], [1.0]), protocol=0).replace(b"cpuffer.actions\n", b"cpuffer.spaces\n")
-    assert b"cpuffer.spaces\nHybridBox" in old
-    space = pickle.loads(old)
-    assert isinstance(space, HybridBox) and space.nvec.tolist() == [3]
+    from puffer import renamed
+
+    new = pickle.dumps(HybridBox([3], [-1.0], [1.0]), protocol=0)
+    for old_module in (b"puffer.spaces", b"puffer.actions"):
+        old = new.replace(b"cpuffer.emulation.actions\n", b"c" + old_module + b"\n")
+        assert b"c" + old_module + b"\nHybridBox" in old
+        space = renamed.loads(old)
+        assert isinstance(space, HybridBox) and space.nvec.tolist() == [3]

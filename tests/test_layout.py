@@ -1,5 +1,5 @@
 """Files written before the package was laid out in folders (commit 773e1fc, module paths like
-puffer.models, puffer.spaces, puffer.actions inside their configs and pickles) still load, and a
+puffer.policies.networks, puffer.emulation.spaces, puffer.emulation.actions inside their configs and pickles) still load, and a
 checkpoint of theirs resumes bit for bit."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from puffer.config import ConfigError
+from puffer.errors import ConfigError
 from puffer.loggers import read_metrics
 from puffer.run import run
 

@@ -12,9 +12,10 @@ import puffer.vector
 from puffer.config import TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
 from puffer.evaluation import evaluate
-from puffer.models import Default, LSTMWrapper, NatureCNN
-from puffer.ppo import PPO, seed_everything
-from puffer.run import build_policy
+from puffer.policies.build import build_policy
+from puffer.policies.networks import Default, NatureCNN
+from puffer.policies.wrappers import LSTMWrapper
+from puffer.training.ppo import PPO, seed_everything
 
 
 class Recall(gym.Env):
@@ -124,7 +125,7 @@ def expected_resets(seen) -> list[np.ndarray]:
 def test_evaluation_resets_recurrent_state_as_training_does_for_dying_agents(monkeypatch):
     from functools import partial
 
-    import puffer.evaluation
+    import puffer.evaluation.protocol
     from puffer.envs.ocean import Herd
 
     herd = partial(Herd, num_agents=4, size=8, max_steps=12)
@@ -141,7 +142,7 @@ def test_evaluation_resets_recurrent_state_as_training_does_for_dying_agents(mon
     assert any((~masks).any() for masks, _ in vec.seen) and any(d.any() for _, d in vec.seen)
 
     created = []
-    monkeypatch.setattr(puffer.evaluation, "Serial",
+    monkeypatch.setattr(puffer.evaluation.protocol, "Serial",
                         lambda *a, **k: created.append(RecordingSerial(*a, **k)) or created[-1])
     evaluate(policy, herd, episodes=4, seed=0, num_envs=2)
     evaluation = [rows for rows in policy.zero_rows if len(rows) == vec.num_rows]

@@ -9,7 +9,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from puffer.models import ActionDist, Default, NatureCNN
+from puffer.policies.distributions import ActionDist
+from puffer.policies.networks import Default, NatureCNN
 
 
 @pytest.mark.parametrize("space", [spaces.Discrete(4), spaces.MultiDiscrete([3, 5])])
@@ -117,8 +118,8 @@ def test_an_image_inside_a_dict_gets_a_cnn_and_is_learned_from():
     import puffer.vector
     from puffer.config import TrainConfig
     from puffer.emulation import GymnasiumPufferEnv
-    from puffer.models import Default
-    from puffer.ppo import PPO, seed_everything
+    from puffer.policies.networks import Default
+    from puffer.training.ppo import PPO, seed_everything
 
     seed_everything(0)
     vec = puffer.vector.make(lambda: GymnasiumPufferEnv(env=LightOrDark()), num_envs=8, seed=0)
@@ -137,8 +138,9 @@ def test_an_image_inside_a_dict_gets_a_cnn_and_is_learned_from():
     ["env=pettingzoo/parallel", "env.module=pettingzoo.butterfly.pistonball_v6"],
 ])
 def test_pixels_at_the_top_level_get_a_cnn_by_default(make_cfg, overrides):
-    from puffer.models import ImageEncoder
-    from puffer.run import build_policy, describe_policy, make_env_creator
+    from puffer.build import describe_policy, make_env_creator
+    from puffer.policies.build import build_policy
+    from puffer.policies.networks import ImageEncoder
 
     pytest.importorskip({"CarRacing-v3": "Box2D", "ale_py:ALE/Breakout-v5": "ale_py"}.get(
         overrides[1].split("=")[1], "pettingzoo.butterfly"))
@@ -166,7 +168,7 @@ def test_pixels_at_the_top_level_get_a_cnn_by_default(make_cfg, overrides):
     ((20, 20, 3), 0, 255, np.uint8, False),  # too small for the Nature torso: flattened
 ])
 def test_an_image_is_told_from_the_space(shape, low, high, dtype, image):
-    from puffer.models import ObsEncoder, is_image
+    from puffer.policies.networks import ObsEncoder, is_image
 
     space = spaces.Box(low, high, shape, dtype)
     assert is_image(space) == image
@@ -188,7 +190,7 @@ def test_the_run_log_names_the_encoder_and_the_parameter_count(make_cfg, tmp_pat
 def test_an_integer_grid_of_symbols_gets_an_embedding_not_a_pixel_cnn():
     """NetHack's glyphs: 21x79 ids of 5,977 symbols, as int16. Read as an image, the CNN took
     them as intensities; as floats, an MLP took id 2,000 as twice id 1,000."""
-    from puffer.models import ObsEncoder, SymbolGridEncoder
+    from puffer.policies.networks import ObsEncoder, SymbolGridEncoder
 
     glyphs = spaces.Box(0, 5976, (21, 79), np.int16)
     encoder = ObsEncoder(glyphs)
@@ -199,7 +201,7 @@ def test_an_integer_grid_of_symbols_gets_an_embedding_not_a_pixel_cnn():
     assert features.shape == (2, 256) and not torch.equal(features[0], features[1])
     # inside a Dict too, beside other leaves; a uint8 grid (MiniGrid's channels) stays floats
     nested = spaces.Dict({"glyphs": glyphs, "grid": spaces.Box(0, 255, (7, 7, 3), np.uint8)})
-    from puffer.spaces import ObsLayout
+    from puffer.emulation.spaces import ObsLayout
 
     assert ObsEncoder(ObsLayout(nested).flat_space).describe() == (
         "obs['glyphs']: embedding -> 256, obs['grid']: float -> 147")

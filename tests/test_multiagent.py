@@ -13,10 +13,11 @@ from pettingzoo import ParallelEnv
 import puffer.vector
 from puffer.config import TrainConfig
 from puffer.emulation import PettingZooPufferEnv
-from puffer.models import Default
-from puffer.ppo import PPO, seed_everything
-from puffer.run import build_policy, run
-from puffer.spaces import SpaceError
+from puffer.emulation.spaces import SpaceError
+from puffer.policies.build import build_policy
+from puffer.policies.networks import Default
+from puffer.run import run
+from puffer.training.ppo import PPO, seed_everything
 
 kaz = pytest.importorskip("pettingzoo.butterfly.knights_archers_zombies_v11")
 
@@ -152,7 +153,7 @@ def test_agents_with_different_spaces_share_a_padded_row_with_their_index_and_ac
 def test_a_shared_policy_learns_each_agents_own_best_move_from_its_index():
     seed_everything(0)
     vec = puffer.vector.make(lambda: PettingZooPufferEnv(env=Unequal()), num_envs=4)
-    policy = build_policy({"_target_": "puffer.models.Default"}, vec.single_observation_space,
+    policy = build_policy({"_target_": "puffer.policies.networks.Default"}, vec.single_observation_space,
                           vec.single_action_space)
     trainer = PPO(TrainConfig(num_steps=32, total_timesteps=8192, learning_rate=3e-3), vec, policy)
     trainer.train()

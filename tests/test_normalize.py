@@ -9,16 +9,18 @@ import torch
 from gymnasium import spaces
 
 import puffer.vector
-from puffer import checkpoint, model_file
 from puffer.config import ConfigError, TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
+from puffer.emulation.spaces import ObsLayout
 from puffer.evaluation import evaluate
-from puffer.normalize import EPSILON, NormalizedPolicy, RewardScaler, RunningMeanStd
-from puffer.ppo import PPO, seed_everything
-from puffer.run import build_policy, run
-from puffer.spaces import ObsLayout
+from puffer.files import checkpoint, model_file
+from puffer.policies.build import build_policy
+from puffer.policies.normalize import EPSILON, NormalizedPolicy, RunningMeanStd
+from puffer.run import run
+from puffer.training.ppo import PPO, seed_everything
+from puffer.training.reward_scaler import RewardScaler
 
-DEFAULT_POLICY = {"_target_": "puffer.models.Default", "hidden_size": 16, "num_layers": 1}
+DEFAULT_POLICY = {"_target_": "puffer.policies.networks.Default", "hidden_size": 16, "num_layers": 1}
 
 
 def test_running_statistics_match_numpy_over_a_stream_of_uneven_batches():
@@ -154,7 +156,7 @@ def test_normalized_run_resumes_bit_for_bit(make_cfg, tmp_path, vec):
 def test_a_ranks_own_batches_are_recovered_from_merged_statistics_when_ranks_sync():
     """sync_ranks() takes back out of the statistics what this rank merged since the snapshot
     (then sums it with the other ranks'); with one process the statistics come back unchanged."""
-    from puffer.normalize import RunningMeanStd
+    from puffer.policies.normalize import RunningMeanStd
 
     rng = np.random.default_rng(0)
     rms = RunningMeanStd((3,))

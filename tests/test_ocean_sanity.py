@@ -10,14 +10,15 @@ import math
 import numpy as np
 import pytest
 import torch
+from traces import assert_backends_agree
 
 import puffer
-import puffer.config
+import puffer.config.schema
 import puffer.vector
-from puffer import checkpoint
 from puffer.envs import ocean
 from puffer.envs.ocean.nim import expected_return
 from puffer.envs.ocean.stochastic import expected_score
+from puffer.files import checkpoint
 from puffer.loggers import read_metrics
 from puffer.run import run
 
@@ -36,9 +37,9 @@ def play(env, policy, steps: int, seed: int = 0) -> np.ndarray:
 def uniform(env, rng):
     """Uniformly random actions from the env's flat action space."""
     space = env.single_action_space
-    if isinstance(space, puffer.spaces.spaces.Discrete):
+    if isinstance(space, puffer.emulation.spaces.spaces.Discrete):
         return rng.integers(0, space.n, env.num_agents)
-    if isinstance(space, puffer.actions.HybridBox):
+    if isinstance(space, puffer.emulation.actions.HybridBox):
         discrete = rng.integers(0, space.nvec, (env.num_agents, len(space.nvec)))
         continuous = rng.uniform(space.low[len(space.nvec):], space.high[len(space.nvec):],
                                  (env.num_agents, space.shape[0] - len(space.nvec)))
@@ -121,7 +122,7 @@ def test_continuous_pays_closeness_to_the_target_and_clips_actions():
 
 def test_spaces_is_solved_only_from_every_leaf_of_the_native_observation():
     env = ocean.Spaces(num_rows=2048)
-    assert env.single_action_space == puffer.actions.ActionLayout(env.action_layout.space).flat_space
+    assert env.single_action_space == puffer.emulation.actions.ActionLayout(env.action_layout.space).flat_space
     assert_mean_near(play(env, uniform, 80), 7 / 3, 1.5)
 
     def reader(e, rng):  # reads the observation as the policy gets it: flat rows, unflattened
@@ -184,25 +185,19 @@ SMALL = {"multiagent": {"num_games": 8}, "snake": {"num_arenas": 8}}  # else {"n
 
 
 def env_class(name: str) -> type:
-    return getattr(ocean, puffer.config.OCEAN_ENVS[name][0])
+    return getattr(ocean, puffer.config.schema.OCEAN_ENVS[name][0])
 
 
 @pytest.mark.parametrize("name", EMULATED)
 def test_serial_and_multiprocessing_give_the_same_trace(name):
     kwargs = SMALL.get(name, {"num_rows": 32})
-    traces = []
-    for backend in ("serial", "multiprocessing"):
-        with puffer.vector.make(env_class(name), env_kwargs=kwargs, num_envs=2, backend=backend) as vec:
-            obs, _ = vec.reset(7)
-            env = env_class(name)(**kwargs)
-            rng = np.random.default_rng(0)
-            trace = [obs.copy()]
-            for _ in range(50):
-                actions = np.concatenate([uniform(env, rng) for _ in range(2)])
-                obs, rew, term, trunc, _ = vec.step(actions)
-                trace.append(np.concatenate([obs.ravel().view(np.uint8), rew.view(np.uint8), term, trunc]))
-            traces.append(np.concatenate([t.ravel().view(np.uint8) for t in trace]))
-    np.testing.assert_array_equal(traces[0], traces[1])
+
+    def actions(vec):
+        env, rng = env_class(name)(**kwargs), np.random.default_rng(0)
+        return lambda step: np.concatenate([uniform(env, rng) for _ in range(2)])
+
+    assert_backends_agree(lambda backend: puffer.vector.make(env_class(name), env_kwargs=kwargs, num_envs=2,
+                                                             backend=backend), 50, 7, actions)
 
 
 @pytest.mark.parametrize("name", EMULATED)

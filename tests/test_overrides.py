@@ -1,10 +1,10 @@
-"""Command-line mistakes are one line with the fix, exit 2, before anything starts (puffer.overrides)."""
+"""Command-line mistakes are one line with the fix, exit 2, before anything starts (puffer.cli.overrides)."""
 
 from __future__ import annotations
 
 import pytest
 
-from puffer import overrides
+from puffer.cli import overrides
 
 MISTAKES = [  # (the command line, what the one line must say)
     (["train.learning_rat=1e-3"], "did you mean train.learning_rate?"),
@@ -89,7 +89,7 @@ def test_the_report_without_matplotlib_names_the_extra(tmp_path):
     import subprocess
     import sys
 
-    script = ("import sys; sys.modules['matplotlib'] = None; from puffer.report import main; "
+    script = ("import sys; sys.modules['matplotlib'] = None; from puffer.report.__main__ import main; "
               f"sys.argv = ['report', {str(tmp_path)!r}]; main()")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

@@ -12,12 +12,12 @@ import torch
 from gymnasium import spaces
 
 import puffer.vector
-from puffer import checkpoint
 from puffer.config import RuntimeConfig, TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
+from puffer.files import checkpoint
 from puffer.loggers.base import Logger
-from puffer.models import Default
-from puffer.ppo import PPO, NonFiniteError, seed_everything
+from puffer.policies.networks import Default
+from puffer.training.ppo import PPO, NonFiniteError, seed_everything
 
 
 def cartpole():
@@ -312,7 +312,7 @@ def _random_rollout(trainer, seed=0):
 
 
 def test_vtrace_advantages_are_gae_on_policy_and_clip_each_td_error_and_trace_off_policy():
-    from puffer.advantage import gae
+    from puffer.training.advantage import gae
 
     trainer = make_trainer(num_envs=3, num_steps=12, gamma=0.9, gae_lambda=0.8)
     r, g = trainer.rollout, _random_rollout(trainer)
@@ -338,7 +338,7 @@ def test_vtrace_advantages_are_gae_on_policy_and_clip_each_td_error_and_trace_of
 
 
 def test_prioritized_draws_follow_the_priorities_with_importance_weights():
-    from puffer.minibatches import Priority
+    from puffer.training.minibatches import Priority
 
     priority = torch.tensor([0.0, 1.0, 3.0, 4.0])
     drawn, weights = Priority(1.0, 0.5, torch.Generator().manual_seed(0)).draw(priority, 40_000)

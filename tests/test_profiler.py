@@ -12,14 +12,14 @@ from rich.console import Console
 from wandb_records import finished_run_records
 
 import puffer.vector
-from puffer import profiler
 from puffer.config import TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
 from puffer.loggers import read_metrics
-from puffer.models import Default
-from puffer.ppo import PPO
-from puffer.progress import line, render, snapshot
+from puffer.monitor import profiler
+from puffer.monitor.progress import line, render, snapshot
+from puffer.policies.networks import Default
 from puffer.run import run
+from puffer.training.ppo import PPO
 
 
 def cartpole():
@@ -109,7 +109,7 @@ def test_the_breakdown_table_reaches_wandb(make_cfg, tmp_path):
 
 
 def test_eta_and_missing_returns_read_as_people_write_them():
-    from puffer.progress import duration, number
+    from puffer.monitor.progress import duration, number
 
     assert [duration(x) for x in (3.2, 185, 1613, 3723)] == ["3s", "3:05", "26:53", "1:02:03"]
     assert duration(float("nan")) == "-" and number(float("nan"), 1) == "-" and number(2.345, 2) == "2.35"
@@ -121,7 +121,7 @@ def test_log_records_go_through_the_dashboards_console_while_it_is_up(make_cfg):
     import logging
     import sys
 
-    from puffer.progress import ProgressReporter, env_name
+    from puffer.monitor.progress import ProgressReporter, env_name
 
     handler = logging.StreamHandler(sys.__stderr__)
     logging.getLogger().addHandler(handler)

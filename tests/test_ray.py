@@ -12,14 +12,15 @@ import pytest
 
 import puffer.vector
 import puffer.vector.autotune
-from puffer import checkpoint
-from puffer.run import make_vecenv
-from puffer.vector import Multiprocessing, Serial, WorkerError
+from puffer.build import make_vecenv
+from puffer.files import checkpoint
+from puffer.vector import Multiprocessing, WorkerError
 from puffer.vector.autotune import autotune, candidates
 
 ray = pytest.importorskip("ray")
 
-from test_vector import cartpole, crashing_cartpole, rollout  # noqa: E402
+from test_vector import cartpole, crashing_cartpole  # noqa: E402
+from traces import assert_backends_agree, vector_trace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +51,15 @@ def test_ray_address_auto_without_a_cluster_is_one_line_naming_the_key(tmp_path)
 
 
 def test_ray_steps_the_same_envs_as_serial(local_ray):
-    with Serial(cartpole, num_envs=4) as serial:
-        expected = rollout(serial, 100)
-    with puffer.vector.make(cartpole, num_envs=4, num_workers=2, backend="ray") as vec:
-        got = rollout(vec, 100)
-    for a, b in zip(expected, got, strict=True):
-        np.testing.assert_array_equal(a, b)
+    def make(backend):
+        return puffer.vector.make(cartpole, num_envs=4, backend=backend,
+                                  **({"num_workers": 2} if backend == "ray" else {}))
+
+    def actions(vec):
+        rng = np.random.default_rng(0)
+        return lambda step: rng.integers(0, 2, vec.num_rows)
+
+    assert_backends_agree(make, 100, 0, actions, backends=("serial", "ray"))
 
 
 def test_ray_async_batches(local_ray):
@@ -141,14 +145,15 @@ def test_auto_can_pick_more_workers_than_cores_and_the_run_builds_them(make_cfg,
 def test_the_profiler_counts_local_ray_actors_as_workers_not_as_other_processes(local_ray):
     import psutil
 
-    from puffer.machine import MachineUsage
+    from puffer.monitor.machine import MachineUsage
 
     with puffer.vector.make(cartpole, num_envs=4, num_workers=2, backend="ray") as vec:
         pids = vec.local_worker_pids()
         assert len(pids) == 2 and os.getpid() not in pids and all(psutil.pid_exists(p) for p in pids)
         usage = MachineUsage()
         usage.track(pids)
-        rollout(vec, 2000)
+        rng = np.random.default_rng(0)
+        vector_trace(vec, 2000, 0, lambda step: rng.integers(0, 2, vec.num_rows))
         metrics = usage.metrics()
     assert metrics["perf/cpu_workers_pct"] > 1.0, metrics
 

@@ -22,9 +22,10 @@ from test_vector import Crashing
 
 import puffer.config
 import puffer.vector
-from puffer import checkpoint
-from puffer.checkpoint import CheckpointError
+from puffer.config import resume
 from puffer.emulation import GymnasiumPufferEnv
+from puffer.errors import CheckpointError
+from puffer.files import checkpoint
 from puffer.loggers import read_metrics
 from puffer.run import run
 
@@ -104,7 +105,7 @@ def test_envs_that_pickle_as_their_arguments_are_not_saved_as_if_mid_episode(cap
 def test_resuming_on_another_backend_restarts_the_envs_from_their_seeds(make_cfg, tmp_path, caplog):
     run(make_cfg(*SMALL, "train.total_timesteps=1024"), tmp_path / "serial")
     saved = tmp_path / "serial" / "checkpoints" / "epoch_000002.pt"
-    with caplog.at_level("WARNING", logger="puffer.ppo"):
+    with caplog.at_level("WARNING", logger="puffer.training.ppo"):
         metrics = run(make_cfg(*SMALL, "vec=multiprocessing", f"resume={saved}",
                                "train.total_timesteps=2048"), tmp_path / "resumed")
     assert "no env state for backend multiprocessing (it has serial)" in caplog.text
@@ -378,15 +379,15 @@ def test_resume_continues_the_checkpoints_run_and_only_what_the_command_line_set
 def test_a_resumed_config_takes_another_kind_of_env_whole_and_the_command_line_on_top(make_cfg):
     cfg = make_cfg("resume=x", "train.learning_rate=0.01", "eval.episodes=3")
     saved = {"env": {"_target_": "puffer.envs.atari.make", "game": "breakout", "frameskip": 4},
-             "policy": {"_target_": "puffer.models.NatureCNN", "hidden_size": 512},
+             "policy": {"_target_": "puffer.policies.networks.NatureCNN", "hidden_size": 512},
              "train": {"learning_rate": 2.5e-4, "num_steps": 128}, "eval": {"episodes": 99}, "seed": 3}
-    resumed = checkpoint.resumed_config(cfg, {"config": saved}, ["resume=x", "train.learning_rate=0.01",
+    resumed = resume.resumed_config(cfg, {"config": saved}, ["resume=x", "train.learning_rate=0.01",
                                                                  "eval.episodes=3"])
     assert dict(resumed.env) == saved["env"] and "id" not in resumed.env  # not merged into CartPole's
-    assert resumed.policy._target_ == "puffer.models.NatureCNN" and resumed.seed == 3
+    assert resumed.policy._target_ == "puffer.policies.networks.NatureCNN" and resumed.seed == 3
     assert resumed.train.num_steps == 128 and resumed.train.learning_rate == 0.01  # the override wins
     assert resumed.eval.episodes == 3  # how this invocation evaluates is its own
-    assert checkpoint.resumed_config(cfg, {"config": saved}, None) is cfg  # built in Python: as given
+    assert resume.resumed_config(cfg, {"config": saved}, None) is cfg  # built in Python: as given
 
 
 def test_a_checkpoint_from_before_the_runtime_section_resumes_with_its_keys_moved(make_cfg):
@@ -395,7 +396,7 @@ def test_a_checkpoint_from_before_the_runtime_section_resumes_with_its_keys_move
     cfg = make_cfg("resume=x", "runtime.keep_checkpoints=2")
     saved = {"train": {"learning_rate": 0.01, "checkpoint_interval": 5, "keep_checkpoints": 0,
                        "torch_threads": 1, "amp": None, "log_interval": 2.0}}
-    resumed = checkpoint.resumed_config(cfg, {"config": saved}, ["resume=x", "runtime.keep_checkpoints=2"])
+    resumed = resume.resumed_config(cfg, {"config": saved}, ["resume=x", "runtime.keep_checkpoints=2"])
     assert resumed.train.learning_rate == 0.01 and "checkpoint_interval" not in resumed.train
     assert resumed.runtime.checkpoint_interval == 5 and resumed.runtime.torch_threads == 1
     assert resumed.runtime.log_interval == 2.0
@@ -403,7 +404,7 @@ def test_a_checkpoint_from_before_the_runtime_section_resumes_with_its_keys_move
     # and keys renamed since: vec.batch_size (envs per recv), an ocean env's num_envs (its rows)
     old = {"env": {"_target_": "puffer.envs.ocean.CartPole", "num_envs": 64, "max_steps": 500},
            "vec": {"num_envs": 2, "batch_size": 1}}
-    resumed = checkpoint.resumed_config(make_cfg("resume=x"), {"config": old}, ["resume=x"])
+    resumed = resume.resumed_config(make_cfg("resume=x"), {"config": old}, ["resume=x"])
     assert resumed.vec.envs_per_batch == 1 and resumed.env.num_rows == 64 and "num_envs" not in resumed.env
 
 
@@ -438,8 +439,8 @@ def flaky_every_150(render_mode=None):
 def test_the_interrupted_episode_of_a_restarted_worker_is_left_out_of_the_rollout(caplog):
     import functools
 
-    from puffer.models import Default
-    from puffer.rollout import Collector, Rollout
+    from puffer.policies.networks import Default
+    from puffer.training.rollout import Collector, Rollout
 
     creators = [functools.partial(flaky_cartpole, 10 ** 9)] * 2 + [functools.partial(flaky_cartpole, 20)] * 2
     with puffer.vector.Multiprocessing(creators, num_envs=4, num_workers=2, restart_failed_workers=1) as vec:

@@ -10,9 +10,8 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
-from puffer import stats
-from puffer.references import REFERENCES
-from puffer.report import compare, report
+from puffer.report import compare, report, stats
+from puffer.report.references import REFERENCES
 
 
 def test_t_interval_uses_students_t_not_the_normal_approximation():

@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_dir
 from wandb_records import finished_run_records
 
 import puffer.config  # noqa: F401
-from puffer.bench import RLBenchmark
 from puffer.report import report
 from puffer.run import run
+from puffer.vector.benchmark import RLBenchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
-"""The thread policy (puffer.threads) and what the profiler sees of the machine (puffer.machine)."""
+"""The thread policy (puffer.runtime.threads) and what the profiler sees of the machine (puffer.monitor.machine)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ from gymnasium import spaces
 
 import puffer.emulation
 import puffer.vector
-from puffer import model_file, threads
 from puffer.config import RuntimeConfig, TrainConfig
+from puffer.files import model_file
 from puffer.loggers.base import read_metrics
-from puffer.machine import MachineUsage
-from puffer.models import Default, NatureCNN
-from puffer.ppo import PPO
-from puffer.profiler import verdict
-from puffer.threads import ThreadPlan
+from puffer.monitor.machine import MachineUsage
+from puffer.monitor.profiler import verdict
+from puffer.policies.networks import Default, NatureCNN
+from puffer.runtime import threads
+from puffer.runtime.threads import ThreadPlan
+from puffer.training.ppo import PPO
 
 CARTPOLE_OBS = spaces.Box(-1, 1, (4,), "float32")
 ATARI_OBS = spaces.Box(0, 255, (4, 84, 84), "uint8")
@@ -97,7 +98,7 @@ def test_the_trainer_collects_and_learns_with_the_planned_threads(backend, rollo
         seen.setdefault("learn" if torch.is_grad_enabled() else "collect", set()).add(torch.get_num_threads())
         return policy(obs)
 
-    trainer.forward = trainer.collector.forward = forward
+    trainer.forward = trainer.collector.acting.forward = forward
     before = torch.get_num_threads()
     with vec:
         metrics = trainer.train()
@@ -109,7 +110,7 @@ def test_the_trainer_collects_and_learns_with_the_planned_threads(backend, rollo
 def test_a_resumed_run_keeps_the_thread_counts_it_was_saved_with(caplog):
     current = ThreadPlan(learn=1, rollout=1, cpus=2, share=2, why="the whole machine")
     saved = {"learn": 2, "rollout": 1, "cpus": 16, "share": 16, "why": "the whole machine"}
-    with caplog.at_level(logging.WARNING, logger="puffer.threads"):
+    with caplog.at_level(logging.WARNING, logger="puffer.runtime.threads"):
         plan = threads.resumed(current, saved, RuntimeConfig())
     assert (plan.learn, plan.rollout) == (2, 1)
     assert "as the checkpoint ran" in caplog.text

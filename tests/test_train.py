@@ -16,8 +16,8 @@ import torch
 from gymnasium import spaces
 from wandb_records import finished_run_records
 
-from puffer import checkpoint, model_file
 from puffer.evaluation import EVAL_SEED_OFFSET
+from puffer.files import checkpoint, model_file
 from puffer.loggers import read_metrics
 from puffer.run import run
 
@@ -184,7 +184,7 @@ def test_an_evaluation_episode_that_never_ends_is_cut_at_eval_max_steps_and_coun
     """CliffWalking-v1 has no time limit; a policy that always walks up never reaches the goal."""
     from puffer.emulation import GymnasiumPufferEnv
     from puffer.evaluation import evaluate
-    from puffer.models import Default
+    from puffer.policies.networks import Default
 
     def cliff():
         return GymnasiumPufferEnv(env=gym.make("CliffWalking-v1"))
@@ -251,7 +251,7 @@ def test_a_sequence_observation_trains_from_the_cli_config(make_cfg, tmp_path):
 
 
 def test_a_budget_that_is_not_whole_epochs_says_what_it_will_train(make_cfg, tmp_path, caplog):
-    with caplog.at_level("INFO", logger="puffer.trainer"):
+    with caplog.at_level("INFO", logger="puffer.training.trainer"):
         metrics = run(make_cfg("env=ocean/bandit", "env.num_rows=64", "train.total_timesteps=1500",
                                "eval.episodes=0"), tmp_path)
     assert ("train.total_timesteps=1500: training 2048 steps, 2 whole epochs of 1024 (num_steps 16 x 64 rows)"
@@ -263,7 +263,7 @@ def test_the_cleanrl_style_api_shows_progress_and_saves_like_the_cli(tmp_path, c
     import puffer.vector
     from puffer.envs.ocean import Bandit
     from puffer.frameworks import cleanrl
-    from puffer.models import Default
+    from puffer.policies.networks import Default
 
     config = cleanrl.Config(total_timesteps=65536, num_steps=16, learning_rate=0.003, ent_coef=0.01)
     with puffer.vector.make(Bandit, env_kwargs={"num_rows": 1024}) as vecenv, caplog.at_level("INFO"):

@@ -1,4 +1,4 @@
-"""The algorithm seam: `train._target_` picks a puffer.trainer.Trainer subclass, which gets the
+"""The algorithm seam: `train._target_` picks a puffer.training.trainer.Trainer subclass, which gets the
 loop, the collector, logging and checkpoints without writing them again."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from puffer import checkpoint
+from puffer.files import checkpoint
 from puffer.loggers.base import read_metrics
 from puffer.run import run
-from puffer.trainer import Trainer
+from puffer.training.trainer import Trainer
 
 
 class MeanReturnRegression(Trainer):
@@ -62,20 +62,20 @@ def test_muon_takes_the_weight_matrices_and_resumes_bit_for_bit(make_cfg, tmp_pa
 
 
 def test_cosine_schedule_decays_the_learning_rate_to_zero_along_a_half_cosine():
-    from puffer.optim import lr_scale
+    from puffer.training.optim import lr_scale
 
     assert [lr_scale("cosine", p) for p in (0.0, 0.5, 1.0)] == pytest.approx([1.0, 0.5, 0.0])
     assert lr_scale("cosine", 0.25) == pytest.approx(0.8535534)
 
 
 def test_spo_is_a_second_algorithm_in_its_own_file_that_reuses_ppo_and_the_collector(make_cfg, tmp_path):
-    from puffer.spo import SPO
+    from puffer.training.spo import SPO
 
     cfg = make_cfg("train=spo", "train.total_timesteps=4096", "train.num_steps=32", "eval.episodes=2")
-    assert cfg.train._target_ == "puffer.spo.SPO" and cfg.train.learning_rate == 0.001  # CartPole's settings
+    assert cfg.train._target_ == "puffer.training.spo.SPO" and cfg.train.learning_rate == 0.001  # CartPole's settings
     metrics = run(cfg, tmp_path)
     state = checkpoint.read(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1])
-    assert state["train_config"]["_target_"] == "puffer.spo.SPO" and "eval/return_mean" in metrics
+    assert state["train_config"]["_target_"] == "puffer.training.spo.SPO" and "eval/return_mean" in metrics
     # SPO's penalty: the per-sample objective peaks at ratio 1 + sign(A) * clip_coef, and unlike
     # PPO's clip its gradient does not vanish beyond it
     trainer = SPO.__new__(SPO)

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import puffer
-from puffer import checkpoint, model_file, trust
-from puffer.checkpoint import CheckpointError
+from puffer.errors import CheckpointError
+from puffer.files import checkpoint, model_file, trust
+from puffer.files.trust import UntrustedFileError
 from puffer.run import run
-from puffer.trust import UntrustedFileError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["train.total_timesteps=1024", "train.num_steps=32", "eval.episodes=2"]
@@ -131,8 +131,8 @@ def test_a_model_file_that_is_a_pickle_is_not_a_model(tmp_path, marker):
 
 @pytest.mark.parametrize("section, bad", [
     # a nested _target_: Hydra's recursive instantiation would call it with the file's arguments
-    ("policy", {"_target_": "puffer.models.Default", "hidden_size": {"_target_": "builtins.open", "mode": "w"}}),
-    ("policy", {"_target_": "puffer.run.torch.load"}),  # torch's code, reached through puffer's namespace
+    ("policy", {"_target_": "puffer.policies.networks.Default", "hidden_size": {"_target_": "builtins.open", "mode": "w"}}),
+    ("policy", {"_target_": "puffer.build.torch.load"}),  # torch's code, reached through puffer's namespace
     ("env", {"_target_": "builtins.exec"}),
     ("env", {"_target_": "puffer.envs.make_gymnasium", "id": "CartPole-v1", "wrappers": ["os.system"]}),
 ])

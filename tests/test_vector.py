@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+from traces import assert_backends_agree, vector_trace
 
 import puffer.vector
 from puffer.emulation import GymnasiumPufferEnv
@@ -72,24 +73,18 @@ def children():
     return new_children
 
 
-def rollout(vec, steps, seed=0):
-    rng = np.random.default_rng(seed)
-    obs, _ = vec.reset(seed)
-    trace = [obs.copy()]
-    for _ in range(steps):
-        obs, rew, term, trunc, _ = vec.step(rng.integers(0, 2, vec.num_rows))
-        trace.append(np.concatenate([obs.ravel(), rew, term, trunc]))
-    return trace
-
-
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_multiprocessing_steps_the_same_envs_as_serial(start_method):
-    with Serial(cartpole, num_envs=4) as serial:
-        expected = rollout(serial, 300)
-    with Multiprocessing(cartpole, num_envs=4, num_workers=2, start_method=start_method) as mp:
-        got = rollout(mp, 300)
-    for a, b in zip(expected, got, strict=True):
-        np.testing.assert_array_equal(a, b)
+    def make(backend):
+        if backend == "serial":
+            return Serial(cartpole, num_envs=4)
+        return Multiprocessing(cartpole, num_envs=4, num_workers=2, start_method=start_method)
+
+    def actions(vec):
+        rng = np.random.default_rng(0)
+        return lambda step: rng.integers(0, 2, vec.num_rows)
+
+    assert_backends_agree(make, 300, 0, actions)
 
 
 class CountedCreator:
@@ -298,8 +293,11 @@ def test_the_main_process_steps_worker_0_only_with_synchronous_batches(kwargs, p
 def test_envs_stepped_in_the_main_process_match_serial_and_report_their_infos():
     with Multiprocessing(cartpole, num_envs=4, num_workers=2) as mp, Serial(cartpole, num_envs=4) as serial:
         assert mp.step_in_main
-        for a, b in zip(rollout(mp, 60), rollout(serial, 60), strict=True):
-            np.testing.assert_array_equal(a, b)
+        traces = []
+        for vec in (mp, serial):
+            rng = np.random.default_rng(0)
+            traces.append(vector_trace(vec, 60, 0, lambda step, rng=rng: rng.integers(0, 2, 4)))
+        np.testing.assert_array_equal(*traces)
         mp.reset(0)
         ended = set()
         for _ in range(60):  # CartPole with one action ends within 60 steps: infos from both workers
@@ -432,7 +430,7 @@ def test_a_stopped_worker_is_an_error_not_a_hang(children):
 def test_a_vector_envs_random_actions_are_valid_for_dict_actions_mixing_discrete_and_box():
     from test_agent import DictWorld
 
-    from puffer.actions import BatchedHybridBox
+    from puffer.emulation.actions import BatchedHybridBox
 
     vec = puffer.vector.make(lambda: GymnasiumPufferEnv(env=DictWorld()), num_envs=3, seed=0)
     assert isinstance(vec.action_space, BatchedHybridBox)

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from puffer import checkpoint
-from puffer.config import ConfigError
+from puffer.errors import ConfigError
+from puffer.files import checkpoint
 from puffer.run import run
 
 iio = pytest.importorskip("imageio.v3")
@@ -152,7 +152,7 @@ def test_a_never_ending_episode_is_streamed_to_its_file_in_constant_memory(tmp_p
     import psutil
 
     from puffer.emulation import GymnasiumPufferEnv
-    from puffer.video import EpisodeRecorder
+    from puffer.evaluation.video import EpisodeRecorder
 
     env = GymnasiumPufferEnv(env=gym.make("CliffWalking-v1", render_mode="rgb_array"))
     env.reset(seed=0)

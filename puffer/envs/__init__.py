@@ -15,9 +15,9 @@ from typing import Any
 
 import gymnasium
 
-from puffer.config import ConfigError
 from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv, TurnBasedPufferEnv
-from puffer.spaces import SEQUENCE_LENGTH
+from puffer.emulation.spaces import SEQUENCE_LENGTH
+from puffer.errors import ConfigError
 
 
 def headless_mujoco_gl() -> str | None:

@@ -21,8 +21,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TransformReward
 
-from puffer.config import ConfigError
 from puffer.emulation import GymnasiumPufferEnv
+from puffer.errors import ConfigError
 
 
 class GameStats(gym.Wrapper):

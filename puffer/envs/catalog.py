@@ -2,7 +2,7 @@
 and the nearest names when `env=` names none of them.
 
 What lives here: reading the env config files (puffer/conf/env) without composing a run. What
-does not: making envs (puffer.envs, puffer.run).
+does not: making envs (puffer.envs, puffer.build).
 """
 
 from __future__ import annotations

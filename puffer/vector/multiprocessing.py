@@ -35,7 +35,6 @@ import ctypes
 import logging
 import multiprocessing as mp
 import os
-import pickle
 import select
 import shutil
 import signal
@@ -47,6 +46,7 @@ import weakref
 
 import numpy as np
 
+from puffer import renamed
 from puffer.emulation import Buffers
 from puffer.vector.base import (
     EnvError,
@@ -374,7 +374,7 @@ class Multiprocessing(VecEnv):
                 try:
                     self._in_main[0], infos = execute(
                         command, self._in_main[0], self._main_actions, self._seed,
-                        self._step_seconds, 0, lambda: pickle.loads(payload))
+                        self._step_seconds, 0, lambda: renamed.loads(payload))
                 finally:
                     if watched:
                         self._watchdog.stop()

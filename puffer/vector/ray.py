@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import socket
 import time
 
 import numpy as np
 
+from puffer import renamed
 from puffer.emulation import Buffers
 from puffer.vector.base import (
     EnvGroup,
@@ -54,7 +54,7 @@ class _Worker:
         """Continue from saved envs, and from the rows of the buffers they had written: the
         flags an env writes only at a reset (masks) must not come back as zeros."""
         self.group.close()
-        self.group = EnvGroup(pickle.loads(envs), self.first, self.buffers, self.agents_per_env)
+        self.group = EnvGroup(renamed.loads(envs), self.first, self.buffers, self.agents_per_env)
         if buffers is not None:
             restore(self.buffers, buffers)
 

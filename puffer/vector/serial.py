@@ -4,11 +4,11 @@ deterministic, no processes, and the fastest when the env steps in microseconds.
 from __future__ import annotations
 
 import contextlib
-import pickle
 from collections import deque
 
 import numpy as np
 
+from puffer import renamed
 from puffer.emulation import Buffers
 from puffer.vector.base import (
     EnvError,
@@ -128,7 +128,7 @@ class Serial(VecEnv):
 
     def set_state(self, state: dict) -> None:
         (saved,) = check_saved_workers(state, 1)
-        envs = pickle.loads(saved)
+        envs = renamed.loads(saved)
         if len(envs) != self.num_envs:
             raise ValueError(f"the saved state has {len(envs)} envs, this vector env {self.num_envs}")
         for env in self.envs:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import os
-import pickle
 import signal
 import sys
 import time
@@ -18,6 +17,7 @@ import traceback
 
 import numpy as np
 
+from puffer import renamed
 from puffer.emulation import Buffers
 from puffer.vector.base import EnvGroup, build_envs, pickled_envs
 
@@ -141,7 +141,7 @@ def worker_loop(worker_id, creators, env_args, env_kwargs, first, raw, layout, g
             break
         try:
             group, infos = execute(command, group, actions, seeds, step_seconds, worker_id,
-                                    lambda: pickle.loads(messages.recv_bytes()))
+                                    lambda: renamed.loads(messages.recv_bytes()))
         except Exception:
             finish(ERROR, traceback.format_exc())
             continue

@@ -1,7 +1,7 @@
 """Nim: a two-player game of turns, with action masks, against a fixed opponent that plays a
 uniformly random legal move.
 
-Isolates: action masks (an `action_mask` observation entry, read by puffer.models.ActionMasked)
+Isolates: action masks (an `action_mask` observation entry, read by puffer.policies.networks.ActionMasked)
 and a turn-based game seen from one seat.
 
 Rules, for each row (one game): a pile of stones, uniformly min_pile..max_pile; the players take
@@ -25,8 +25,8 @@ import numpy as np
 from gymnasium import spaces
 
 from puffer.emulation import Buffers
+from puffer.emulation.spaces import ObsLayout
 from puffer.envs.ocean.base import BatchedEnv
-from puffer.spaces import ObsLayout
 
 MOST = 3  # stones one move may take
 

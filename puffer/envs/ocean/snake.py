@@ -9,7 +9,7 @@ truncated after `max_steps` steps.
 
 Each snake sees the (2 * view + 1)^2 cells around its head, turned so that its heading is up:
 0 empty, 1 food, 2 its own body, 3 another snake, 4 wall; an int8 grid, which the default
-policy reads with a symbol embedding (puffer.models.SymbolGridEncoder).
+policy reads with a symbol embedding (puffer.policies.networks.SymbolGridEncoder).
 
 A body is kept as each cell's remaining lifetime (the snake's length when the head enters it,
 minus one each step the snake does not eat), so moving never walks a list of cells.

@@ -23,10 +23,10 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from puffer.actions import ActionLayout
 from puffer.emulation import Buffers
+from puffer.emulation.actions import ActionLayout
+from puffer.emulation.spaces import ObsLayout
 from puffer.envs.ocean.base import BatchedEnv
-from puffer.spaces import ObsLayout
 
 SIDE = 4
 OBSERVATION = spaces.Dict({

@@ -1,0 +1,2 @@
+"""The command line around Hydra: checks of the overrides and the installed extras before a
+config composes, and the multirun callback."""

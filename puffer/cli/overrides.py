@@ -1,0 +1,149 @@
+"""Command-line `key=value` overrides checked before Hydra sees them, so that a mistake is one
+line with its fix and never a run: an unknown key names the nearest valid ones, a key that moved
+names its new home, a key without its group names the group, and `+key` into a typed group (which
+Hydra would store beside the schema and nothing would read) is refused the same way.
+
+What lives here: the check and its messages. What does not: the schemas (puffer.config) and the
+env= choices (puffer.envs.catalog). HYDRA_FULL_ERROR=1 skips the check and leaves it to Hydra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+
+from omegaconf import DictConfig, OmegaConf
+
+from puffer.config.resume import MOVED_TO_RUNTIME
+
+log = logging.getLogger(__name__)
+
+# Keys of earlier versions -> where they live now.
+MOVED = {
+    **{f"train.{key}": f"runtime.{key}" for key in MOVED_TO_RUNTIME},
+    "train.eval_episodes": "eval.episodes",
+    "vec.batch_size": "vec.envs_per_batch",
+    "env.num_envs": "env.num_rows (an ocean env's rows; vec.num_envs counts env objects)",
+}
+
+
+def split(arg: str) -> tuple[str, str, str] | None:
+    """(prefix '+' / '++' / '', key, value) of a `key=value` override (a group choice such as
+    env=... too); None for flags, deletions (~key), hydra.* keys and Hydra's group@package and
+    group/subgroup forms."""
+    if arg.startswith(("-", "~")) or "=" not in arg:
+        return None
+    key, value = arg.split("=", 1)
+    prefix = "++" if key.startswith("++") else "+" if key.startswith("+") else ""
+    key = key[len(prefix):]
+    if "@" in key or "/" in key or key.startswith("hydra."):
+        return None
+    return prefix, key, value
+
+
+def leaf_paths(node, prefix: str = "") -> list[str]:
+    paths = []
+    for key in node:
+        path = f"{prefix}{key}"
+        value = node._get_node(key)
+        if isinstance(value, DictConfig) and not value._is_missing() and not value._is_none():
+            paths += leaf_paths(value, f"{path}.")
+        paths.append(path)
+    return paths
+
+
+def _typed(node) -> bool:
+    """A node whose keys a schema fixes (a dataclass), where Hydra's `+key` would add one that
+    nothing reads."""
+    return isinstance(node, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(node))
+
+
+def problem(cfg: DictConfig, arg: str) -> str | None:
+    """The one-line error for override `arg` against the composed `cfg`, or None if it is fine."""
+    parts = split(arg)
+    if parts is None:
+        return None
+    prefix, key, _ = parts
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key, throw_on_missing=False) if parent_key else cfg
+    if isinstance(parent, DictConfig) and leaf in parent.keys():
+        return None  # (a ??? value that must be set is a key too)
+    if parent_key and isinstance(parent, DictConfig) and not _typed(parent):
+        if prefix:
+            return None  # +env.kwargs.x=...: a free-form dict takes new keys
+        return f"{arg}: {parent_key} has no key {leaf} yet; add one with +{key}=..."
+    if key in MOVED:
+        return f"{arg}: {key} has moved; it is {MOVED[key]} now"
+    paths = leaf_paths(cfg)
+    if not parent_key:  # a key without its group: learning_rate=1e-3
+        homes = [p for p in paths if p.rsplit(".", 1)[-1] == key]
+        if homes:
+            return f"{arg}: no top-level key {key}; did you mean {' or '.join(homes)}?"
+    near = difflib.get_close_matches(key, paths, n=3, cutoff=0.75)
+    hint = f"did you mean {', '.join(near)}? " if near else ""
+    what = (f"{parent_key or 'the config'} takes no new key {leaf} (its keys are typed)" if prefix
+            else f"no key {key}")
+    return f"{arg}: {what}; {hint}`python -m puffer --cfg job` prints every key"
+
+
+def composition_error(exc: Exception) -> str | None:
+    """Hydra's multi-line composition errors as one line: an unknown group option with the
+    options there are, a value of the wrong type with the type expected."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    text = str(exc)
+    if isinstance(exc, MissingConfigException) and "Could not find '" in text:
+        missing = text.split("Could not find '", 1)[1].split("'", 1)[0]  # e.g. vec/foo
+        group, _, option = missing.rpartition("/")
+        options = [line.strip() for line in text.split("Available options in", 1)[-1].splitlines()[1:]
+                   if line.startswith("\t") and "provider=" not in line] if "Available options" in text else []
+        near = difflib.get_close_matches(option, options, n=1, cutoff=0.5)
+        hint = f"did you mean {group}={near[0]}? " if near else ""
+        return (f"{group}={option}: no such option; {hint}{group} takes {', '.join(options)}" if options
+                else f"{missing}: no such config")
+    if isinstance(exc, ConfigCompositionException) and exc.__cause__ is not None:
+        override = text.removeprefix("Error merging override ").strip()
+        reason = str(exc.__cause__).splitlines()[0]
+        return f"{override}: {reason}" if override != text else None
+    return None
+
+
+def check(args: list[str]) -> str | None:
+    """The first problem among command-line overrides, checked against the config that their
+    group choices (env=..., train=spo, +sweep=...) compose; for a single run, also each value's
+    type and each group option."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from puffer.config import CONF_DIR
+
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep", "suite"}
+    multirun = "-m" in args or "--multirun" in args
+    choices, keys = [], []
+    for arg in args:
+        parts = split(arg)
+        if parts is None:
+            continue
+        prefix, key, value = parts
+        if key in groups:
+            if "(" in value:  # a sweep function (choice(...), range(...)): not composed here
+                return None
+            choices.append(f"{prefix}{key}={value.split(',')[0]}")  # a multirun's first option
+        else:
+            keys.append(arg)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            try:
+                cfg = compose(config_name="config", overrides=choices)
+            except Exception as exc:  # a bad group choice, named in one line where we can
+                return composition_error(exc)
+            message = next((message for arg in keys if (message := problem(cfg, arg)) is not None), None)
+            if message is None and keys and not multirun:  # the values' types, as Hydra merges them
+                try:
+                    compose(config_name="config", overrides=choices + keys)
+                except Exception as exc:
+                    return composition_error(exc)
+            return message
+    finally:
+        GlobalHydra.instance().clear()

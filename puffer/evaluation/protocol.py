@@ -1,0 +1,171 @@
+"""The evaluation protocol: a fixed number of full episodes on seeds apart from training's.
+
+Each episode slot (an env, or a row of a native env whose rows are separate episodes) plays a
+fixed quota, so short episodes are not over-counted. The
+deterministic policy (argmax / Gaussian mean) and the stochastic one are both reported. A
+recurrent policy's state restarts where it does in training (puffer.policies.acting).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import torch
+
+from puffer.policies.acting import Acting, episode_starts
+from puffer.report.stats import t_interval
+from puffer.runtime import threads
+from puffer.vector import Serial
+
+log = logging.getLogger(__name__)
+
+# Eval env i is seeded with train seed + EVAL_SEED_OFFSET + i: never a training seed.
+EVAL_SEED_OFFSET = 1_000_003
+
+
+def episode_quotas(episodes: int, num_envs: int, first: int = 0) -> np.ndarray:
+    """Episodes per slot, spread evenly, except that slot 0 (the recorded one) plays at least
+    `first` of them."""
+    even = np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+    first = min(first, episodes)
+    if num_envs == 1 or even[0] >= first:
+        return even
+    return np.array([first, *episode_quotas(episodes - first, num_envs - 1)])
+
+
+def eval_envs(env_creator, episodes: int, num_envs: int, seed: int) -> Serial:
+    """Up to `num_envs` envs for `episodes` episodes; one alone where its rows are separate
+    episodes, enough for all of them (a native batched env: more objects would only step more
+    rows than the evaluation reads)."""
+    first = env_creator()  # made once: building an env can be slow, or open a window
+    if getattr(first, "independent_rows", False) and first.num_agents >= episodes:
+        num_envs = 1
+    num_envs = max(1, min(num_envs, episodes))
+    return Serial([lambda: first, *[env_creator] * (num_envs - 1)], num_envs=num_envs, seed=seed)
+
+
+@torch.inference_mode()
+def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
+             device: str | torch.device = "cpu", deterministic: bool = True,
+             num_envs: int = 8, max_episode_steps: int = 100_000,
+             recorder_factory=None, recorded_episodes: int = 1) -> dict[str, float]:
+    """Play `episodes` episodes; returns the mean, std and Student's t 95% interval of the
+    episode return, and the mean length.
+
+    An episode that reaches `max_episode_steps` (eval.max_steps) is cut, so that an env
+    with no time limit cannot hang the evaluation: it counts toward its slot's quota as
+    `truncated`, with no return (it has none), and since its env cannot be reset alone, so does
+    the rest of that slot's quota. A warning says how many; if every episode was cut, the return
+    statistics are NaN. `recorder_factory(env)`, given, records the first eval env's episodes,
+    `recorded_episodes` of them (that env plays at least as many)
+    (a puffer.evaluation.video.EpisodeRecorder)."""
+    returns, lengths = [], []
+    with eval_envs(env_creator, episodes, num_envs, seed + EVAL_SEED_OFFSET) as vec, threads.using(
+            threads.inference_threads(policy, vec.single_observation_space, vec.num_rows)):
+        # An episode slot is an env, or a row of a native env whose rows are separate episodes.
+        rows = vec.agents_per_env if vec.driver_env.independent_rows else 1
+        quotas = episode_quotas(episodes, vec.num_envs * rows,
+                                first=recorded_episodes if recorder_factory is not None else 0)
+        done_count = np.zeros_like(quotas)
+        episode_steps = np.zeros_like(quotas)  # steps of each slot's current episode
+        truncated = 0
+        acting = Acting(policy, vec.single_action_space)
+        vec.async_reset()
+        received = vec.recv()
+        recorder = recorder_factory(vec.envs[0]) if recorder_factory is not None else None
+        if recorder is not None:
+            recorder.frame()
+        recurrent = acting.recurrent
+        state = acting.initial_state(vec.num_rows, device)
+        prev_done = before_done = np.zeros(vec.num_rows, dtype=bool)
+        while (done_count < quotas).any():
+            obs_t = torch.from_numpy(received.obs).to(device)
+            # a recurrent state restarts where training's does (puffer.policies.acting)
+            starts = (torch.from_numpy(episode_starts(prev_done, before_done, received.masks)).to(device)
+                      if recurrent else None)
+            params, _, state = acting.outputs(obs_t, state, starts)
+            action, _ = acting.choose(params, deterministic)
+            vec.send(acting.to_env(action))
+            received = vec.recv()
+            if recorder is not None:
+                recorder.frame()
+            if recurrent:
+                before_done, prev_done = prev_done, received.terminals | received.truncations
+            episode_steps += 1
+            for info in received.infos:
+                slot = info["env_id"] * rows + info.get("row", 0)
+                if "episode_return" in info:
+                    if slot == 0 and recorder is not None:
+                        recorder.end_episode()
+                    episode_steps[slot] = 0
+                    if done_count[slot] < quotas[slot]:
+                        done_count[slot] += 1
+                        returns.append(info["episode_return"])
+                        lengths.append(info["episode_length"])
+            cut = (episode_steps >= max_episode_steps) & (done_count < quotas)
+            if cut[0] and recorder is not None:  # the recorded episode was cut: keep what it has
+                recorder.end_episode()
+            if cut.any():
+                truncated += int((quotas - done_count)[cut].sum())
+                done_count[cut] = quotas[cut]
+    if truncated:
+        log.warning("evaluation: %d of %d episodes reached eval.max_steps=%d steps and were cut "
+                    "(no return counted for them)", truncated, episodes, max_episode_steps)
+    returns = np.asarray(returns, dtype=np.float64)
+    if len(returns) == 0:
+        return {"return_mean": math.nan, "return_std": math.nan, "return_ci95": math.nan,
+                "length_mean": math.nan, "episodes": 0, "truncated": truncated}
+    half_width = t_interval(returns) if len(returns) > 1 else 0.0
+    return {
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+        "return_ci95": float(half_width),
+        "length_mean": float(np.mean(lengths)),
+        "episodes": len(returns),
+        "truncated": truncated,
+    }
+
+
+@torch.inference_mode()
+def against_random(policy: torch.nn.Module, env_creator, games: int, seed: int,
+                   device: str | torch.device = "cpu", max_moves: int = 10_000) -> dict[str, float]:
+    """Turn-based envs (puffer.emulation.TurnBasedPufferEnv): the deterministic policy against an
+    opponent that picks uniformly among its legal moves (the observation's `action_mask`, or
+    any action without one), the policy taking each seat in turn, on evaluation seeds. Returns
+    the policy's win, draw and loss rates (by the sign of its episode return)."""
+    env = env_creator()
+    acting = Acting(policy, env.single_action_space)
+    rng = np.random.default_rng(seed + EVAL_SEED_OFFSET)
+    outcomes = []
+    try:
+        for game in range(games):
+            seat = game % env.num_agents
+            env.reset(seed + EVAL_SEED_OFFSET + game)
+            for _ in range(max_moves):
+                row = int(np.flatnonzero(env.masks)[0])
+                actions = np.zeros((env.num_agents, *env.single_action_space.shape), env.single_action_space.dtype)
+                if row == seat:
+                    obs = torch.from_numpy(env.observations[row : row + 1]).to(device)
+                    params = acting.outputs(obs, acting.initial_state(1, device))[0]
+                    actions[row] = acting.to_env(acting.choose(params, deterministic=True)[0])[0]
+                else:
+                    actions[row] = _random_legal(env, row, rng)
+                *_, infos = env.step(actions)
+                if infos:
+                    outcomes.append(np.sign(infos[0][f"episode_return/{env.possible_agents[seat]}"]))
+                    break
+    finally:
+        env.close()
+    outcomes = np.asarray(outcomes)
+    return {"vs_random_win": float((outcomes > 0).mean()), "vs_random_draw": float((outcomes == 0).mean()),
+            "vs_random_loss": float((outcomes < 0).mean()), "vs_random_games": len(outcomes)}
+
+
+def _random_legal(env, row: int, rng: np.random.Generator):
+    native = env.obs_layout.native(env.observations[row])
+    mask = native.get("action_mask") if isinstance(native, dict) else None
+    if mask is None:
+        return env.single_action_space.sample()
+    return rng.choice(np.flatnonzero(mask))

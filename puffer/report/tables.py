@@ -1,0 +1,379 @@
+"""Aggregate finished Hydra multiruns: per-env tables, one score across envs, and comparisons.
+
+    python -m puffer.report outputs/multirun/<date>/<time> [--out DIR] [--wandb]
+    python -m puffer.report A B        # compare two multiruns env by env (e.g. before/after)
+
+Jobs are grouped by env and by their overrides minus `seed` (a setting): one row per group with
+the number of seeds, the final evaluation return (mean over seeds and a Student's t 95% interval),
+the normalized score where puffer.report.references has the env (random policy 0, a published agent 1),
+SPS and wall time. Across envs, each variant (a setting without the env choice) gets the
+interquartile mean of normalized scores with a stratified bootstrap 95% interval and a
+performance profile (the rliable protocol; puffer.report.stats).
+
+Writes report.md, report.csv, returns.png (per env, the training episode return vs env steps:
+mean over seeds with a t interval), profile.png (performance profiles) and sps.png into the
+multirun directory (or --out); --wandb logs the table and plots to W&B too. A comparison writes
+compare.md: per env, both means with their intervals, the difference with Welch's t interval,
+and a flag where that interval excludes 0.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import re
+import warnings
+from collections import defaultdict
+from dataclasses import astuple, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy import stats as scipy_stats
+
+from puffer.envs import describe
+from puffer.loggers import read_metrics
+from puffer.report import stats
+from puffer.report.references import lookup
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    path: Path
+    env: str
+    setting: str
+    seed: int
+    records: list[dict] = field(default_factory=list)
+    # The setting without the choice of env: what is compared across envs.
+    variant: str = "(defaults)"
+
+    def last(self, key: str) -> float:
+        values = [r[key] for r in self.records if isinstance(r.get(key), (int, float))]
+        return float(values[-1]) if values else float("nan")
+
+    def curve(self, key: str = "env/episode_return") -> tuple[np.ndarray, np.ndarray]:
+        points = [(r["global_step"], r[key]) for r in self.records if isinstance(r.get(key), (int, float))]
+        steps, values = zip(*points, strict=True) if points else ((), ())
+        return np.asarray(steps, float), np.asarray(values, float)
+
+
+@dataclass
+class Row:
+    """One env and setting over its seeds."""
+
+    env: str
+    setting: str
+    seeds: int
+    eval_return: float
+    ci95: float  # Student's t half-width over seeds
+    normalized: float  # nan without a reference
+    normalized_ci95: float
+    sps: float
+    wall_s: float
+
+
+COLUMNS = [f.name for f in fields(Row)]
+# Overrides that pick the env rather than how it is trained.
+ENV_CHOICE = ("env=", "env.id=", "env.game=", "env.module=", "env.kwargs")
+
+
+def load_jobs(sweep_dir: Path) -> list[Job]:
+    found = []
+    for metrics in sorted(Path(sweep_dir).glob("*/metrics.jsonl")):
+        job_dir = metrics.parent
+        overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+        config = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text())
+        found.append((job_dir, overrides, config, read_metrics(metrics)))
+    if not found:
+        raise FileNotFoundError(f"{sweep_dir}: no job directories with metrics.jsonl; is it a multirun directory?")
+    # A setting is what varies between jobs, seeds aside.
+    shared = set.intersection(*(set(overrides) for _, overrides, _, _ in found))
+    jobs = []
+    for job_dir, overrides, config, records in found:
+        varying = [o for o in overrides if o not in shared and not o.startswith(("seed=", "hydra."))]
+        variant = ",".join(o for o in varying if not o.startswith(ENV_CHOICE))
+        jobs.append(Job(job_dir, describe(config.get("env", {})), ",".join(varying) or "(defaults)",
+                        int(config.get("seed", 0)), records, variant or "(defaults)"))
+    return jobs
+
+
+def final_returns(members: list[Job]) -> np.ndarray:
+    returns = np.array([j.last("eval/return_mean") for j in members])
+    return returns[np.isfinite(returns)]
+
+
+def natural(text: str) -> list:
+    """A sort key that orders numbers inside strings as numbers: num_envs=8 before num_envs=16."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
+
+
+def groups_of(jobs: list[Job]) -> dict[tuple[str, str], list[Job]]:
+    groups: dict[tuple[str, str], list[Job]] = defaultdict(list)
+    for job in jobs:
+        groups[(job.env, job.setting)].append(job)
+    return dict(sorted(groups.items(), key=lambda item: (natural(item[0][0]), natural(item[0][1]))))
+
+
+def summarize(jobs: list[Job]) -> list[Row]:
+    rows = []
+    for (env, setting), members in groups_of(jobs).items():
+        returns = final_returns(members)
+        normalized = normalized_returns(env, returns)
+        rows.append(Row(env, setting, len(members),
+                        float(returns.mean()) if len(returns) else math.nan, stats.t_interval(returns),
+                        float(normalized.mean()) if len(normalized) else math.nan,
+                        stats.t_interval(normalized),
+                        float(np.mean([j.last("perf/sps") for j in members])),
+                        float(np.mean([j.last("perf/wall_s") for j in members]))))
+    return rows
+
+
+def normalized_returns(env: str, returns: np.ndarray) -> np.ndarray:
+    reference = lookup(env)
+    if reference is None:
+        return np.array([])
+    return stats.normalized_score(returns, reference.random, reference.reference)
+
+
+def aggregate(jobs: list[Job]) -> dict[str, dict]:
+    """Per variant (the setting without the env choice), across the envs that have a reference:
+    IQM and mean of normalized scores with stratified bootstrap intervals, and the per-env
+    scores the profile is drawn from."""
+    by_setting: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+    for (env, _), members in groups_of(jobs).items():
+        normalized = normalized_returns(env, final_returns(members))
+        if len(normalized):
+            by_setting[members[0].variant][env] = normalized
+    result = {}
+    for setting, scores in sorted(by_setting.items()):
+        result[setting] = {
+            "envs": len(scores), "runs": sum(len(v) for v in scores.values()), "scores": scores,
+            "iqm": stats.stratified_bootstrap(scores, stats.iqm),
+            "mean": stats.stratified_bootstrap(scores, stats.mean),
+        }
+    return result
+
+
+def _number(value: float, digits: int = 2) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def _interval(low: float, high: float, aggregate: dict) -> str:
+    if math.isfinite(low):
+        return f"[{low:.3f}, {high:.3f}]"
+    fewest = min(len(v) for v in aggregate["scores"].values())
+    return f"n/a ({fewest} runs in an env, < {stats.MIN_BOOTSTRAP_RUNS})"
+
+
+def markdown(rows: list[Row], aggregates: dict[str, dict]) -> str:
+    lines = ["| env | setting | seeds | eval return | +- 95% (t) | normalized | +- 95% (t) | SPS | wall s |",
+             "|" + "---|" * 9]
+    for r in rows:
+        lines.append(f"| {r.env} | {r.setting} | {r.seeds} | {_number(r.eval_return)} | {_number(r.ci95)} | "
+                     f"{_number(r.normalized, 3)} | {_number(r.normalized_ci95, 3)} | {r.sps:,.0f} | {r.wall_s:.1f} |")
+    if aggregates:
+        lines += ["", "Across envs (normalized: random policy 0, reference 1; puffer.report.references). IQM: "
+                  "the mean of the middle 50% of all runs' scores (25% trimmed from each end). 95% "
+                  f"stratified bootstrap intervals, where every env has {stats.MIN_BOOTSTRAP_RUNS}+ runs "
+                  "(with fewer the bootstrap covers less than it claims: none is shown):", "",
+                  "| variant | envs | runs | IQM | IQM 95% | mean | mean 95% |", "|" + "---|" * 7]
+        for setting, a in aggregates.items():
+            (iqm, lo, hi), (mean, mlo, mhi) = a["iqm"], a["mean"]
+            lines.append(f"| {setting} | {a['envs']} | {a['runs']} | {iqm:.3f} | {_interval(lo, hi, a)} | "
+                         f"{mean:.3f} | {_interval(mlo, mhi, a)} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({job.env for job in jobs})
+    columns = min(3, len(envs))
+    height = math.ceil(len(envs) / columns)
+    fig, axes = plt.subplots(height, columns, figsize=(5 * columns, 3.5 * height), squeeze=False)
+    for ax, env in zip(axes.flat, envs, strict=False):
+        for (group_env, setting), members in groups_of(jobs).items():
+            curves = [j.curve() for j in members if group_env == env and len(j.curve()[0])]
+            if not curves:
+                continue
+            last = min(c[0][-1] for c in curves)
+            grid = np.linspace(0, last, 50) if all(len(c[0]) > 1 for c in curves) else np.array([last])
+            values = np.array([np.interp(grid, steps, vals) for steps, vals in curves])
+            mean = values.mean(0)
+            # one logged point is a marker, not a flat line across the axis
+            ax.plot(grid, mean, marker="o" if len(grid) == 1 else None,
+                    label=f"{setting} ({len(curves)} seeds)")
+            if len(curves) > 1:
+                half = np.array([stats.t_interval(values[:, i]) for i in range(values.shape[1])])
+                # the t band, clipped to what the runs reached (a CartPole band of -130..590
+                # claims returns no episode can have)
+                ax.fill_between(grid, np.maximum(mean - half, values.min()), np.minimum(mean + half, values.max()),
+                                alpha=0.2)
+        ax.set_title(env, fontsize=9)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("training episode return")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(envs):]:
+        ax.axis("off")
+    fig.tight_layout()
+    images = [out / "returns.png"]
+    fig.savefig(images[0], dpi=100)
+    plt.close(fig)
+
+    if aggregates:
+        taus = np.linspace(0, 1.5, 61)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for setting, a in aggregates.items():
+            line, = ax.plot(taus, stats.performance_profile(a["scores"], taus),
+                            label=f"{setting} ({a['envs']} envs, {a['runs']} runs)")
+            band = stats.profile_band(a["scores"], taus)
+            if band is not None:  # where every env has enough runs for the bootstrap
+                ax.fill_between(taus, *band, alpha=0.2, color=line.get_color())
+        ax.set_xlabel("normalized score tau")
+        ax.set_ylabel("fraction of runs with score > tau")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        images.append(out / "profile.png")
+        fig.savefig(images[-1], dpi=100)
+        plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(rows)))
+    values = [r.sps for r in rows]
+    bars = ax.barh([f"{r.env} | {r.setting}" for r in rows], values)
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
+    ax.invert_yaxis()  # the table's order, top to bottom
+    ax.set_xlabel("steps per second (linear: bar lengths compare; the labels give small ones)")
+    ax.tick_params(axis="y", labelsize=8)
+    fig.tight_layout()
+    images.append(out / "sps.png")
+    fig.savefig(images[-1], dpi=100)
+    plt.close(fig)
+    return images
+
+
+def report(sweep_dir: str | Path, out: str | Path | None = None, wandb: bool = False) -> dict:
+    sweep_dir = Path(sweep_dir)
+    out = Path(out) if out else sweep_dir
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = load_jobs(sweep_dir)
+    rows = summarize(jobs)
+    aggregates = aggregate(jobs)
+    (out / "report.md").write_text(markdown(rows, aggregates))
+    with (out / "report.csv").open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(COLUMNS)
+        writer.writerows(astuple(r) for r in rows)
+    images = plot(jobs, rows, aggregates, out)
+    if wandb:
+        log_to_wandb(rows, images, sweep_dir)
+    return {"rows": rows, "aggregates": aggregates, "markdown": out / "report.md",
+            "csv": out / "report.csv", "images": images}
+
+
+# -- comparing two multiruns --------------------------------------------------------------------
+@dataclass
+class Difference:
+    env: str
+    a: float
+    a_ci95: float
+    b: float
+    b_ci95: float
+    difference: float  # b - a
+    low: float  # Welch's t 95% interval of the difference
+    high: float
+    verdict: str  # "B better", "B worse", or "no difference detected at 95%" (the interval holds 0)
+
+
+def _keyed(jobs: list[Job]) -> dict[str, np.ndarray]:
+    """Final returns per env; an env run with several variants is keyed `env [variant]`."""
+    variants = defaultdict(set)
+    for job in jobs:
+        variants[job.env].add(job.variant)
+    keyed: dict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        keyed[job.env if len(variants[job.env]) == 1 else f"{job.env} [{job.variant}]"].append(job)
+    return {key: final_returns(members) for key, members in keyed.items()}
+
+
+def _settings(jobs: list[Job]) -> str:
+    """The command-line settings every job of a multirun shares, the env and seed aside: with
+    the other side's, what differs between A and B."""
+    shared = set.intersection(*(set(yaml.safe_load((job.path / ".hydra" / "overrides.yaml").read_text()) or [])
+                                for job in jobs))
+    kept = sorted(o for o in shared if not o.startswith(("seed=", "hydra.", ENV_CHOICE)))
+    return " ".join(kept) or "the defaults"
+
+
+def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None) -> dict:
+    """Env by env, B's mean evaluation return against A's; a difference is flagged when Welch's
+    t interval of it excludes 0. Envs in only one of them are listed apart."""
+    jobs_a, jobs_b = load_jobs(Path(a_dir)), load_jobs(Path(b_dir))
+    a, b = _keyed(jobs_a), _keyed(jobs_b)
+    differences = []
+    for env in sorted(set(a) & set(b)):
+        x, y = a[env], b[env]
+        low = high = math.nan
+        if len(x) >= 2 and len(y) >= 2 and (x.std() > 0 or y.std() > 0):
+            with warnings.catch_warnings():  # one side without spread (all 500s): exact, not lossy
+                warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+                interval = scipy_stats.ttest_ind(y, x, equal_var=False).confidence_interval(0.95)
+            low, high = float(interval.low), float(interval.high)
+        elif len(x) >= 2 and len(y) >= 2:  # no spread on either side: the difference is exact
+            low = high = float(y.mean() - x.mean())
+        verdict = "B better" if low > 0 else "B worse" if high < 0 else "no difference detected at 95%"
+        if not math.isfinite(low):
+            verdict = "too few seeds"
+        differences.append(Difference(env, float(x.mean()), stats.t_interval(x), float(y.mean()),
+                                      stats.t_interval(y), float(y.mean() - x.mean()), low, high, verdict))
+    only = {"A": sorted(set(a) - set(b)), "B": sorted(set(b) - set(a))}
+    lines = [f"A: {a_dir} ({_settings(jobs_a)})", f"B: {b_dir} ({_settings(jobs_b)})", "",
+             "| env | A return | +- 95% | B return | +- 95% | B - A | 95% (Welch) | verdict |",
+             "|" + "---|" * 8]
+    for d in differences:
+        flag = f"**{d.verdict}**" if d.verdict in ("B better", "B worse") else d.verdict
+        lines.append(f"| {d.env} | {_number(d.a)} | {_number(d.a_ci95)} | {_number(d.b)} | {_number(d.b_ci95)} | "
+                     f"{_number(d.difference)} | [{_number(d.low)}, {_number(d.high)}] | {flag} |")
+    for side, envs in only.items():
+        if envs:
+            lines.append(f"\nOnly in {side}: {', '.join(envs)}")
+    path = Path(out or b_dir) / "compare.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return {"differences": differences, "only": only, "markdown": path}
+
+
+def sweep_logging(sweep_dir: Path) -> dict:
+    """The W&B project, entity, mode and group the sweep's jobs logged to (from a job's saved
+    configs), so the report joins them."""
+    job = next(p.parent.parent for p in sorted(sweep_dir.glob("*/.hydra/config.yaml")))
+    logger = (yaml.safe_load((job / ".hydra" / "config.yaml").read_text()) or {}).get("logger", {})
+    hydra = (yaml.safe_load((job / ".hydra" / "hydra.yaml").read_text()) or {}).get("hydra", {}) \
+        if (job / ".hydra" / "hydra.yaml").exists() else {}
+    swept = (hydra.get("sweep") or {}).get("dir")
+    if not swept or "${" in swept:  # saved unresolved: the directory as given is the best guess
+        swept = os.path.relpath(sweep_dir) if not Path(sweep_dir).is_absolute() else str(sweep_dir)
+    return {"project": logger.get("project") or "puffer", "entity": logger.get("entity"),
+            "mode": logger.get("mode"),
+            # puffer.build.hydra_job_info's group for the jobs of this sweep
+            "group": logger.get("group") or Path(swept).as_posix().replace("/", "_")}
+
+
+def log_to_wandb(rows: list[Row], images: list[Path], sweep_dir: Path) -> None:
+    import wandb
+
+    from puffer.loggers.wandb import pick_mode
+
+    where = sweep_logging(sweep_dir)
+    with wandb.init(project=where["project"], entity=where["entity"], group=where["group"],
+                    job_type="report", name=f"report {sweep_dir.name}", dir=str(sweep_dir),
+                    mode=pick_mode(where["mode"])) as run:
+        run.log({"report/table": wandb.Table(columns=COLUMNS, data=[list(astuple(r)) for r in rows]),
+                 **{f"report/{p.stem}": wandb.Image(str(p)) for p in images}})

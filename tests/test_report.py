@@ -114,6 +114,38 @@ def test_report_normalizes_known_envs_and_aggregates_them(tmp_path):
     assert {p.name for p in out["images"]} == {"returns.png", "profile.png", "sps.png"}
 
 
+def test_the_report_plots_returns_against_time_and_tabulates_the_time_to_score(tmp_path):
+    pytest.importorskip("matplotlib")
+    sweep = fake_multirun(tmp_path / "a", {"CartPole-v1": [500.0, 480.0, 300.0], "Acrobot-v1": [-80.0, -500.0, -500.0]})
+    # what ScoreWatch and the trainer log: seconds to the score (or the training time when never
+    # reached) and the cumulative training seconds of every epoch
+    timings = {0: (1, 4.0), 1: (1, 6.0), 2: (0, 20.0), 3: (1, 9.0), 4: (0, 30.0), 5: (0, 31.0)}
+    for job, (scored, seconds) in timings.items():
+        metrics = tmp_path / "a" / str(job) / "metrics.jsonl"
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        records[0]["perf/train_seconds"], records[1]["perf/train_seconds"] = seconds / 2, seconds
+        records[1].update({"perf/scored": float(scored), "perf/time_to_score_s": seconds,
+                           "perf/steps_to_score": 1000.0 * (job + 1)})
+        metrics.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    out = report(sweep)
+    assert {p.name for p in out["images"]} >= {"returns.png", "returns_time.png"}
+    rows = {row.env: row for row in out["time_to_score"]}
+    cartpole, acrobot = rows["CartPole-v1"], rows["Acrobot-v1"]
+    assert (cartpole.reached, cartpole.runs, cartpole.median_s, cartpole.low_s, cartpole.high_s) == (2, 3, 6.0, 4.0, 20.0)
+    assert not cartpole.censored and cartpole.median_steps == 2000
+    assert acrobot.reached == 1 and acrobot.median_s == 30.0 and acrobot.censored  # the median never scored
+    text = out["markdown"].read_text()
+    assert "| CartPole-v1 | env.id=CartPole-v1 | 2/3 | 6.0 | [4.0, 20.0] | 2,000 |" in text
+    assert "| Acrobot-v1 | env.id=Acrobot-v1 | 1/3 | > 30.0 | [9.0, 31.0] | 5,000 |" in text
+
+
+def test_runs_without_time_to_score_metrics_get_no_such_table_or_time_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = report(fake_multirun(tmp_path / "a", {"MyEnv-v0": [1.0, 2.0]}))
+    assert out["time_to_score"] == [] and "Time to score" not in out["markdown"].read_text()
+    assert "returns_time.png" not in {p.name for p in out["images"]}
+
+
 def test_compare_flags_differences_whose_welch_interval_excludes_zero(tmp_path):
     a = fake_multirun(tmp_path / "a", {"CartPole-v1": [100.0, 110.0, 120.0], "Acrobot-v1": [-90.0, -80.0, -85.0],
                                        "Gone-v0": [1.0, 2.0], "Solved-v0": [500.0, 500.0]})

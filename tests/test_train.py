@@ -61,9 +61,12 @@ def test_wandb_offline_run_records_config_step_metric_and_metrics(tmp_path, make
     assert json.loads(config["env"])["id"] == "CartPole-v1"
     metrics = {r.metric.glob_name: r.metric.step_metric for r in records if r.HasField("metric")}
     assert metrics["perf/*"] == "global_step" and metrics["train/*"] == "global_step"
+    assert metrics["time/*"] == "perf/train_seconds"  # return against wall-clock training time
     history = [{key_of(i): json.loads(i.value_json) for i in r.history.item} for r in records if r.HasField("history")]
     assert [h["global_step"] for h in history[:4]] == [256, 512, 768, 1024]
     assert {"perf/sps", "perf/learn_pct", "train/approx_kl", "env/episode_return"} <= set(history[1])
+    assert history[1]["time/episode_return"] == history[1]["env/episode_return"]
+    assert 0 < history[0]["perf/train_seconds"] < history[1]["perf/train_seconds"]
     assert "eval/return_mean" in history[-1]
     # the local metrics file is written as well
     assert read_metrics(tmp_path / "metrics.jsonl")[-1]["global_step"] == 1024

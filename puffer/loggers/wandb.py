@@ -61,6 +61,9 @@ class WandbLogger(Logger):
         self.run.define_metric("global_step")
         for namespace in NAMESPACES:
             self.run.define_metric(f"{namespace}/*", step_metric="global_step")
+        # the episode return again against wall-clock training time: time to score in the charts
+        self.run.define_metric("perf/train_seconds")
+        self.run.define_metric("time/*", step_metric="perf/train_seconds")
 
     def _guard(self, what: str, fn, *args) -> None:
         if self.failed:
@@ -72,7 +75,9 @@ class WandbLogger(Logger):
             log.warning("W&B %s failed (%r); W&B logging is off for the rest of the run", what, exc)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        self._guard("log", self.run.log, {**metrics, "global_step": step})
+        against_time = ({"time/episode_return": metrics["env/episode_return"]}
+                        if "env/episode_return" in metrics and "perf/train_seconds" in metrics else {})
+        self._guard("log", self.run.log, {**metrics, **against_time, "global_step": step})
 
     def log_checkpoint(self, path: Path) -> None:
         if self.log_checkpoints:

@@ -10,8 +10,10 @@ SPS and wall time. Across envs, each variant (a setting without the env choice) 
 interquartile mean of normalized scores with a stratified bootstrap 95% interval and a
 performance profile (the rliable protocol; puffer.report.stats).
 
-Writes report.md, report.csv, returns.png (per env, the training episode return vs env steps:
-mean over seeds with a t interval), profile.png (performance profiles) and sps.png into the
+Writes report.md (with the time-to-score table where the runs watched a score), report.csv,
+returns.png and returns_time.png (per env, the training episode return against env steps and
+against training seconds: mean over seeds with a t interval), profile.png (performance
+profiles) and sps.png into the
 multirun directory (or --out); --wandb logs the table and plots to W&B too. A comparison writes
 compare.md: per env, both means with their intervals, the difference with Welch's t interval,
 and a flag where that interval excludes 0.
@@ -55,8 +57,11 @@ class Job:
         values = [r[key] for r in self.records if isinstance(r.get(key), (int, float))]
         return float(values[-1]) if values else float("nan")
 
-    def curve(self, key: str = "env/episode_return") -> tuple[np.ndarray, np.ndarray]:
-        points = [(r["global_step"], r[key]) for r in self.records if isinstance(r.get(key), (int, float))]
+    def curve(self, key: str = "env/episode_return", x: str = "global_step") -> tuple[np.ndarray, np.ndarray]:
+        """(x values, key values) of the records that have both: against env steps, or against
+        training seconds (x="perf/train_seconds")."""
+        points = [(r[x], r[key]) for r in self.records
+                  if isinstance(r.get(key), (int, float)) and isinstance(r.get(x), (int, float))]
         steps, values = zip(*points, strict=True) if points else ((), ())
         return np.asarray(steps, float), np.asarray(values, float)
 
@@ -77,6 +82,55 @@ class Row:
 
 
 COLUMNS = [f.name for f in fields(Row)]
+
+
+@dataclass
+class TimeToScore:
+    """One env and setting: the training seconds until the score, over its seeds (ScoreWatch's
+    perf/time_to_score_s, perf/steps_to_score, perf/scored in each run's metrics)."""
+
+    env: str
+    setting: str
+    runs: int
+    reached: int
+    median_s: float
+    low_s: float  # the fastest run
+    high_s: float  # the slowest (a censored run counts at its training time)
+    median_steps: float
+    censored: bool  # the median rests on a run that never reached the score: a lower bound
+
+
+def time_to_score(jobs: list[Job]) -> list[TimeToScore]:
+    """The time-to-score rows of the groups whose runs had a score to watch."""
+    rows = []
+    for (env, setting), members in groups_of(jobs).items():
+        runs = [j for j in members if math.isfinite(j.last("perf/time_to_score_s"))]
+        if not runs:
+            continue
+        order = sorted(runs, key=lambda j: j.last("perf/time_to_score_s"))
+        seconds = np.array([j.last("perf/time_to_score_s") for j in order])
+        reached = np.array([j.last("perf/scored") == 1.0 for j in order])
+        middle = order[(len(order) - 1) // 2 : len(order) // 2 + 1]
+        rows.append(TimeToScore(env, setting, len(runs), int(reached.sum()), float(np.median(seconds)),
+                                float(seconds[0]), float(seconds[-1]),
+                                float(np.median([j.last("perf/steps_to_score") for j in order])),
+                                any(j.last("perf/scored") != 1.0 for j in middle)))
+    return rows
+
+
+def time_to_score_markdown(rows: list[TimeToScore]) -> str:
+    if not rows:
+        return ""
+    lines = ["", "Time to score: training seconds until the first epoch whose training episodes return "
+             "the env's score on average (eval.score, else the env's reward threshold). A run that "
+             "never reaches it counts at its training time, a lower bound; a median that rests on "
+             "one is shown as > (bench/time_to_score.py evaluates saved policies off the clock instead):",
+             "", "| env | setting | reached | median s | [min, max] s | median steps |", "|" + "---|" * 6]
+    for r in rows:
+        median = f"{'> ' if r.censored else ''}{r.median_s:,.1f}"
+        lines.append(f"| {r.env} | {r.setting} | {r.reached}/{r.runs} | {median} | "
+                     f"[{r.low_s:,.1f}, {r.high_s:,.1f}] | {r.median_steps:,.0f} |")
+    return "\n".join(lines) + "\n"
 # Overrides that pick the env rather than how it is trained.
 ENV_CHOICE = ("env=", "env.id=", "env.game=", "env.module=", "env.kwargs")
 
@@ -194,39 +248,9 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    envs = sorted({job.env for job in jobs})
-    columns = min(3, len(envs))
-    height = math.ceil(len(envs) / columns)
-    fig, axes = plt.subplots(height, columns, figsize=(5 * columns, 3.5 * height), squeeze=False)
-    for ax, env in zip(axes.flat, envs, strict=False):
-        for (group_env, setting), members in groups_of(jobs).items():
-            curves = [j.curve() for j in members if group_env == env and len(j.curve()[0])]
-            if not curves:
-                continue
-            last = min(c[0][-1] for c in curves)
-            grid = np.linspace(0, last, 50) if all(len(c[0]) > 1 for c in curves) else np.array([last])
-            values = np.array([np.interp(grid, steps, vals) for steps, vals in curves])
-            mean = values.mean(0)
-            # one logged point is a marker, not a flat line across the axis
-            ax.plot(grid, mean, marker="o" if len(grid) == 1 else None,
-                    label=f"{setting} ({len(curves)} seeds)")
-            if len(curves) > 1:
-                half = np.array([stats.t_interval(values[:, i]) for i in range(values.shape[1])])
-                # the t band, clipped to what the runs reached (a CartPole band of -130..590
-                # claims returns no episode can have)
-                ax.fill_between(grid, np.maximum(mean - half, values.min()), np.minimum(mean + half, values.max()),
-                                alpha=0.2)
-        ax.set_title(env, fontsize=9)
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("training episode return")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(envs):]:
-        ax.axis("off")
-    fig.tight_layout()
-    images = [out / "returns.png"]
-    fig.savefig(images[0], dpi=100)
-    plt.close(fig)
+    images = [path for x, label, path in (("global_step", "env steps", out / "returns.png"),
+                                          ("perf/train_seconds", "training seconds", out / "returns_time.png"))
+              if plot_returns(plt, jobs, x, label, path)]
 
     if aggregates:
         taus = np.linspace(0, 1.5, 61)
@@ -259,6 +283,47 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
     return images
 
 
+def plot_returns(plt, jobs: list[Job], x: str, label: str, path: Path) -> bool:
+    """Per env, the training episode return against `x` (env steps or training seconds): the
+    mean over seeds with its t band, one line per setting. False, and no file, when no job
+    logged `x` (runs from before perf/train_seconds was logged)."""
+    if not any(len(j.curve(x=x)[0]) for j in jobs):
+        return False
+    envs = sorted({job.env for job in jobs})
+    columns = min(3, len(envs))
+    height = math.ceil(len(envs) / columns)
+    fig, axes = plt.subplots(height, columns, figsize=(5 * columns, 3.5 * height), squeeze=False)
+    for ax, env in zip(axes.flat, envs, strict=False):
+        for (group_env, setting), members in groups_of(jobs).items():
+            curves = [j.curve(x=x) for j in members if group_env == env and len(j.curve(x=x)[0])]
+            if not curves:
+                continue
+            last = min(c[0][-1] for c in curves)
+            grid = np.linspace(0, last, 50) if all(len(c[0]) > 1 for c in curves) else np.array([last])
+            values = np.array([np.interp(grid, steps, vals) for steps, vals in curves])
+            mean = values.mean(0)
+            # one logged point is a marker, not a flat line across the axis
+            ax.plot(grid, mean, marker="o" if len(grid) == 1 else None,
+                    label=f"{setting} ({len(curves)} seeds)")
+            if len(curves) > 1:
+                half = np.array([stats.t_interval(values[:, i]) for i in range(values.shape[1])])
+                # the t band, clipped to what the runs reached (a CartPole band of -130..590
+                # claims returns no episode can have)
+                ax.fill_between(grid, np.maximum(mean - half, values.min()), np.minimum(mean + half, values.max()),
+                                alpha=0.2)
+        ax.set_title(env, fontsize=9)
+        ax.set_xlabel(label)
+        ax.set_ylabel("training episode return")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(envs):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def report(sweep_dir: str | Path, out: str | Path | None = None, wandb: bool = False) -> dict:
     sweep_dir = Path(sweep_dir)
     out = Path(out) if out else sweep_dir
@@ -266,7 +331,8 @@ def report(sweep_dir: str | Path, out: str | Path | None = None, wandb: bool = F
     jobs = load_jobs(sweep_dir)
     rows = summarize(jobs)
     aggregates = aggregate(jobs)
-    (out / "report.md").write_text(markdown(rows, aggregates))
+    times = time_to_score(jobs)
+    (out / "report.md").write_text(markdown(rows, aggregates) + time_to_score_markdown(times))
     with (out / "report.csv").open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(COLUMNS)
@@ -274,7 +340,7 @@ def report(sweep_dir: str | Path, out: str | Path | None = None, wandb: bool = F
     images = plot(jobs, rows, aggregates, out)
     if wandb:
         log_to_wandb(rows, images, sweep_dir)
-    return {"rows": rows, "aggregates": aggregates, "markdown": out / "report.md",
+    return {"rows": rows, "aggregates": aggregates, "time_to_score": times, "markdown": out / "report.md",
             "csv": out / "report.csv", "images": images}
 
 

@@ -278,6 +278,8 @@ class Trainer:
             metrics["perf/sps"] = (self.global_step - started_step) / max(now - started, 1e-9)
             metrics = distributed.combine_metrics(metrics)  # means over the ranks
             metrics["train/epoch"] = self.epoch
+            # the x axis of return against wall-clock time (report's returns_time.png, W&B)
+            metrics["perf/train_seconds"] = self.train_seconds
             self.last_metrics.update(metrics)
             self.logger.log(metrics, self.global_step)
             if self.progress is not None:

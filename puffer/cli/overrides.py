@@ -132,6 +132,8 @@ def check(args: list[str]) -> str | None:
             choices.append(f"{prefix}{key}={value.split(',')[0]}")  # a multirun's first option
         else:
             keys.append(arg)
+    if not choices and not keys:  # the default config: nothing to check (and no compose to pay for)
+        return None
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             try:

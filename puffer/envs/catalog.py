@@ -65,18 +65,19 @@ def _runs(path: Path) -> str:
     return _runs(base) if base.exists() and base != path else "-"
 
 
-def requirement(name: str, conf_dir: Path = CONF_DIR) -> tuple[str, str, str] | None:
+def requirement(name: str, conf_dir: Path = CONF_DIR, runs: str | None = None) -> tuple[str, str, str] | None:
     """(what it is, a module, the command that installs it) an env config needs beyond the core,
     or None: its family's extra, or for a PettingZoo config its own module (a family such as
-    sisl brings dependencies of its own)."""
+    sisl brings dependencies of its own). `runs`: the config's `_runs`, when the caller has it."""
     from puffer.envs import pettingzoo_install
 
     family = name.split("/")[0]
     if family not in EXTRAS:
         return None
     extra, module = EXTRAS[family]
-    path = conf_dir / "env" / f"{name}.yaml"
-    runs = _runs(path) if path.exists() else ""
+    if runs is None:
+        path = conf_dir / "env" / f"{name}.yaml"
+        runs = _runs(path) if path.exists() else ""
     if family == "pettingzoo" and not runs.startswith("any") and "." in runs:
         install = pettingzoo_install(runs)
         what = "the pettingzoo extra" if "puffer[" in install else f"PettingZoo's {runs.split('.')[1]} family"
@@ -88,11 +89,11 @@ def catalog(conf_dir: Path = CONF_DIR) -> list[EnvConfig]:
     rows = []
     for name in env_names(conf_dir):
         extra = EXTRAS.get(name.split("/")[0], (None, None))[0]
-        needed = requirement(name, conf_dir)
+        runs = _runs(conf_dir / "env" / f"{name}.yaml")
+        needed = requirement(name, conf_dir, runs)
         installed = needed is None or (importlib.util.find_spec(needed[1].split(".")[0]) is not None
                                        and ("." not in needed[1] or importable(needed[1])))
-        rows.append(EnvConfig(name, _runs(conf_dir / "env" / f"{name}.yaml"), extra, installed,
-                              needed[2] if needed else "-"))
+        rows.append(EnvConfig(name, runs, extra, installed, needed[2] if needed else "-"))
     return rows
 
 

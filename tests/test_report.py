@@ -146,6 +146,14 @@ def test_runs_without_time_to_score_metrics_get_no_such_table_or_time_plot(tmp_p
     assert "returns_time.png" not in {p.name for p in out["images"]}
 
 
+def test_sampled_floats_are_shown_to_four_significant_digits():
+    from puffer.report.tables import label
+
+    assert label("train.learning_rate=0.0003663671900803624") == "train.learning_rate=0.0003664"
+    assert label("train.gamma=0.99") == "train.gamma=0.99" and label("env=classic/cartpole") == "env=classic/cartpole"
+    assert label("train.learning_rate=2.5e-4") == "train.learning_rate=2.5e-4"
+
+
 def test_compare_flags_differences_whose_welch_interval_excludes_zero(tmp_path):
     a = fake_multirun(tmp_path / "a", {"CartPole-v1": [100.0, 110.0, 120.0], "Acrobot-v1": [-90.0, -80.0, -85.0],
                                        "Gone-v0": [1.0, 2.0], "Solved-v0": [500.0, 500.0]})

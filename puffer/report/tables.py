@@ -148,11 +148,20 @@ def load_jobs(sweep_dir: Path) -> list[Job]:
     shared = set.intersection(*(set(overrides) for _, overrides, _, _ in found))
     jobs = []
     for job_dir, overrides, config, records in found:
-        varying = [o for o in overrides if o not in shared and not o.startswith(("seed=", "hydra."))]
+        varying = [label(o) for o in overrides if o not in shared and not o.startswith(("seed=", "hydra."))]
         variant = ",".join(o for o in varying if not o.startswith(ENV_CHOICE))
         jobs.append(Job(job_dir, describe(config.get("env", {})), ",".join(varying) or "(defaults)",
                         int(config.get("seed", 0)), records, variant or "(defaults)"))
     return jobs
+
+
+def label(override: str) -> str:
+    """An override as a table shows it: a sampled float (Optuna's learning_rate=0.0003663671900803624)
+    to 4 significant digits; the rest as given."""
+    key, sep, value = override.partition("=")
+    if sep and re.fullmatch(r"-?\d*\.\d{5,}(e-?\d+)?", value):
+        return f"{key}={float(value):.4g}"
+    return override
 
 
 def final_returns(members: list[Job]) -> np.ndarray:

@@ -176,29 +176,33 @@ class VecConfig:
 
 
 @dataclass
-class GymnasiumEnvConfig:
-    """Any env registered with gymnasium, by id."""
+class SuiteEnvConfig:
+    """What every env built by name from a suite takes: its constructor's kwargs, and what
+    emulation (puffer.emulation) reads: how many steps to check observations against the
+    declared space, how many elements of a Sequence observation to keep."""
 
-    _target_: str = "puffer.envs.make_gymnasium"
-    id: str = MISSING
     kwargs: dict[str, Any] = field(default_factory=dict)
     validate_steps: int = 1000
-    # Wrappers applied in order: dotted class paths, or {_target_: path, its kwargs...}.
-    wrappers: list[Any] = field(default_factory=list)
     # Elements kept from a Sequence observation (padded to this many, with their count).
     max_sequence_length: int = 16
 
 
 @dataclass
-class PettingZooEnvConfig:
+class GymnasiumEnvConfig(SuiteEnvConfig):
+    """Any env registered with gymnasium, by id."""
+
+    _target_: str = "puffer.envs.make_gymnasium"
+    id: str = MISSING
+    # Wrappers applied in order: dotted class paths, or {_target_: path, its kwargs...}.
+    wrappers: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class PettingZooEnvConfig(SuiteEnvConfig):
     """A PettingZoo env module (e.g. pettingzoo.butterfly.pistonball_v6), built as a parallel env."""
 
     _target_: str = "puffer.envs.make_pettingzoo"
     module: str = MISSING
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    validate_steps: int = 1000
-    # Elements kept from a Sequence observation (padded to this many, with their count).
-    max_sequence_length: int = 16
 
 
 @dataclass
@@ -207,14 +211,17 @@ class AtariEnvConfig:
 
     _target_: str = "puffer.envs.atari.make"
     game: str = MISSING
+    # The probability that the previous action repeats (Machado et al. 2018's protocol).
     sticky_actions: float = 0.25
     frame_skip: int = 4
+    # Up to this many no-op actions after a reset: varied starts.
     noop_max: int = 30
-    screen_size: int = 84
+    screen_size: int = 84  # grayscale frames resized to screen_size x screen_size
     frame_stack: int = 4
+    # Training only (eval_kwargs turns them off): a lost life ends the episode; sign-clipped rewards.
     episodic_life: bool = True
     clip_rewards: bool = True
-    max_episode_steps: int = 108_000
+    max_episode_steps: int = 108_000  # 30 minutes of play at 60 frames/s, frame_skip 4
     validate_steps: int = 1000
     # Evaluation plays full games with true rewards.
     eval_kwargs: dict[str, Any] = field(

@@ -17,21 +17,8 @@ import numpy as np
 
 from puffer import renamed
 from puffer.emulation import Buffers
-from puffer.vector.base import (
-    EnvGroup,
-    Received,
-    VecConfigError,
-    VecEnv,
-    build_envs,
-    check_saved_workers,
-    pickled_envs,
-    prepare_workers,
-    restore,
-    rows_of,
-    stepping,
-    whole_groups,
-    workers_state,
-)
+from puffer.vector import base  # the helpers every backend shares, as base.<name>
+from puffer.vector.base import EnvGroup, Received, VecConfigError, VecEnv
 from puffer.vector.multiprocessing import WorkerError
 from puffer.vector.reaper import ray_processes
 
@@ -42,13 +29,13 @@ class _Worker:
     """Runs inside a Ray actor: builds its envs once, then steps them on request."""
 
     def __init__(self, creators, env_args, env_kwargs, first: int, agents_per_env: int):
-        envs = build_envs(creators, env_args, env_kwargs, first)
+        envs = base.build_envs(creators, env_args, env_kwargs, first)
         self.first, self.agents_per_env = first, agents_per_env
         self.buffers = Buffers.allocate(envs[0].single_observation_space, len(envs) * agents_per_env)
         self.group = EnvGroup(envs, first, self.buffers, agents_per_env)
 
     def save(self) -> dict:
-        return pickled_envs(self.group.envs)
+        return base.pickled_envs(self.group.envs)
 
     def load(self, envs: bytes, buffers: dict | None = None) -> None:
         """Continue from saved envs, and from the rows of the buffers they had written: the
@@ -56,7 +43,7 @@ class _Worker:
         self.group.close()
         self.group = EnvGroup(renamed.loads(envs), self.first, self.buffers, self.agents_per_env)
         if buffers is not None:
-            restore(self.buffers, buffers)
+            base.restore(self.buffers, buffers)
 
     def ready(self) -> bool:
         return True
@@ -140,7 +127,7 @@ class Ray(VecEnv):
         ray = _import_ray()
         check_reachable(address)
         # A cluster has more cores than this machine: the local core count is no limit here.
-        creators, num_workers, driver = prepare_workers(env_creators, env_args, env_kwargs, num_envs,
+        creators, num_workers, driver = base.prepare_workers(env_creators, env_args, env_kwargs, num_envs,
                                                         num_workers, envs_per_batch, overwork)
         super().__init__(driver, num_envs, envs_per_batch, seed)
         driver.close()
@@ -237,7 +224,7 @@ class Ray(VecEnv):
 
     def send(self, actions, env_ids=None) -> None:
         workers = (self._received if env_ids is None
-                   else whole_groups(env_ids, self.envs_per_worker, "workers"))
+                   else base.whole_groups(env_ids, self.envs_per_worker, "workers"))
         if workers is None:
             raise RuntimeError("send() called before recv(): it steps the envs recv() returned")
         if not set(workers) <= self._idle:
@@ -271,7 +258,7 @@ class Ray(VecEnv):
         workers.sort()
         self._received = workers
         self._idle |= set(workers)
-        rows = rows_of(workers, self.envs_per_worker * self.agents_per_env)
+        rows = base.rows_of(workers, self.envs_per_worker * self.agents_per_env)
         b = self.buffers
         env_ids = np.concatenate([np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
                                   for w in workers])
@@ -281,20 +268,20 @@ class Ray(VecEnv):
     def get_state(self) -> dict | None:
         """Every actor's envs, pickled there, and a copy of the buffers; None (with a warning)
         when they can't be captured. Call it between rollouts, with no actor stepping."""
-        if stepping(set(self._pending.values())):
+        if base.stepping(set(self._pending.values())):
             return None
         refs = [actor.save.remote() for actor in self._actors]
-        return workers_state(self.backend_name, [self._get(ref, w) for w, ref in enumerate(refs)], self.buffers)
+        return base.workers_state(self.backend_name, [self._get(ref, w) for w, ref in enumerate(refs)], self.buffers)
 
     def set_state(self, state: dict) -> None:
-        saved = check_saved_workers(state, self.num_workers)
+        saved = base.check_saved_workers(state, self.num_workers)
         self._drain()
         rows = self.envs_per_worker * self.agents_per_env
         self._pending = {
             actor.load.remote(envs, {k: v[w * rows : (w + 1) * rows] for k, v in state["buffers"].items()}): w
             for w, (actor, envs) in enumerate(zip(self._actors, saved, strict=True))}
         self._drain()
-        restore(self.buffers, state["buffers"])
+        base.restore(self.buffers, state["buffers"])
         # as after a recv() of every worker: the restored observations await their actions
         self._received, self._idle = list(range(self.num_workers)), set(range(self.num_workers))
 

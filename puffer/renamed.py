@@ -97,3 +97,9 @@ class Unpickler(pickle.Unpickler):
 def loads(data: bytes):
     """pickle.loads of bytes written under older module paths."""
     return Unpickler(io.BytesIO(data)).load()
+
+
+def load(file, **kwargs):
+    """pickle.load of a file written under older module paths (so that this module serves as
+    torch.load's `pickle_module` for any of its file formats)."""
+    return Unpickler(file, **kwargs).load()

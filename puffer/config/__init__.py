@@ -1,6 +1,6 @@
 """Configs: the typed schemas registered with Hydra (schema), the checks no type can express
-(validate), and resuming a run from a checkpoint's config (resume), with the table of code
-paths renamed since files were written (renamed).
+(validate), and resuming a run from a checkpoint's config (resume). The table of code paths
+renamed since files were written is puffer.renamed.
 
 Importing this package registers the schemas; the config files themselves are conf/.
 """

@@ -123,6 +123,8 @@ def config_differences(saved: dict, now: dict, sections: tuple, keys: tuple) -> 
         names |= {key for key, _ in flat(now.get(section), section)}
     return [(key, get(saved, key), get(now, key)) for key in sorted(names)
             if get(saved, key) != get(now, key)]
+
+
 def overridden(group: str, overrides: list[str] | None) -> bool:
     """Whether the command line (`overrides`) set `group` (e.g. env=... or env.id=...)."""
     return any(o.lstrip("+~").startswith((f"{group}=", f"{group}.", f"{group}/")) for o in overrides or [])

@@ -1,8 +1,9 @@
 """Config schemas: one typed dataclass per config group, registered in Hydra's ConfigStore.
 
 What lives here: the schemas (so a typo or a wrong type in a YAML file or an override is rejected
-with the key named, before any env is built), the checks no type can express (`validate`), and
-`resolve_device`. What does not: the YAML values (conf/), the code the configs build.
+with the key named, before any env is built) and the vocabularies their keys take. What does
+not: the checks no type can express (puffer.config.validate), the YAML values (conf/), the code
+the configs build.
 
 Each YAML file links its schema from its defaults list (`- /schema/train@_here_` etc.).
 """
@@ -221,7 +222,7 @@ class AtariEnvConfig:
     # Training only (eval_kwargs turns them off): a lost life ends the episode; sign-clipped rewards.
     episodic_life: bool = True
     clip_rewards: bool = True
-    max_episode_steps: int = 108_000  # 30 minutes of play at 60 frames/s, frame_skip 4
+    max_episode_steps: int = 108_000  # ALE frames (the emulator's, not agent steps): 30 minutes at 60 frames/s
     validate_steps: int = 1000
     # Evaluation plays full games with true rewards.
     eval_kwargs: dict[str, Any] = field(
@@ -273,7 +274,7 @@ class DefaultPolicyConfig:
     # false: PyTorch's default initialization of every layer (SB3's ortho_init=False) instead of
     # orthogonal weights with a small-init action head.
     ortho_init: bool = True
-    # lstm: wrap the policy in puffer.policies.networks.LSTMWrapper; null: feed-forward.
+    # lstm: wrap the policy in puffer.policies.wrappers.LSTMWrapper; null: feed-forward.
     rnn: str | None = None
     # Standardize the float leaves of observations with running statistics kept in the policy
     # (puffer.policies.normalize.NormalizedPolicy), clipped to +-obs_clip.

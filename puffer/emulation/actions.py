@@ -3,7 +3,7 @@
 What lives here: `ActionLayout` (how a nested action maps to one flat vector and back),
 `HybridBox` (a flat action vector mixing categorical and continuous parts) and its batched form.
 What does not: observation layouts and value checks (puffer.emulation.spaces), sampling from a policy
-(puffer.policies.networks.ActionDist).
+(puffer.policies.distributions.ActionDist).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ agent's index (`agent`, so that one shared policy knows whose row it acts for), 
 flattened as gymnasium flattens it (one-hot for discrete leaves) and zero-padded to the longest
 (`obs`), and, where the agents have Discrete action spaces of different sizes, an
 `action_mask` that masks the actions an agent does not have (the policy's logits, as any action
-mask: puffer.policies.networks.ActionMasked). Box actions of different sizes are padded, and each agent
+mask: puffer.policies.wrappers.ActionMasked). Box actions of different sizes are padded, and each agent
 gets its own leading entries. What does not: the rows themselves (puffer.emulation).
 """
 

@@ -381,7 +381,7 @@ class TurnBasedPufferEnv(_AgentRows):
     credited with what its opponents' moves did to it. `turn_based` tells the trainer to
     compute advantages over each agent's own turns (puffer.training.ppo), carrying the rewards between
     two of its moves to the first. An `action_mask` in the observation masks the policy's logits
-    (puffer.policies.networks.ActionMasked)."""
+    (puffer.policies.wrappers.ActionMasked)."""
 
     turn_based = True
 

@@ -17,7 +17,7 @@ from puffer.policies.wrappers import ActionMasked, LSTMWrapper, mask_leaf
 
 def build_policy(policy_cfg, observation_space, action_space) -> torch.nn.Module:
     """The policy group's `_target_`; `rnn: lstm` wraps it in an LSTM; an `action_mask` entry in
-    a Dict observation masks its logits (puffer.policies.networks.ActionMasked); `norm_obs: true` wraps it
+    a Dict observation masks its logits (puffer.policies.wrappers.ActionMasked); `norm_obs: true` wraps it
     all in running observation normalization (so the LSTM sees normalized inputs too)."""
     node = dict(OmegaConf.to_container(policy_cfg, resolve=True) if isinstance(policy_cfg, DictConfig)
                 else policy_cfg)

@@ -1,7 +1,7 @@
 """Nim: a two-player game of turns, with action masks, against a fixed opponent that plays a
 uniformly random legal move.
 
-Isolates: action masks (an `action_mask` observation entry, read by puffer.policies.networks.ActionMasked)
+Isolates: action masks (an `action_mask` observation entry, read by puffer.policies.wrappers.ActionMasked)
 and a turn-based game seen from one seat.
 
 Rules, for each row (one game): a pile of stones, uniformly min_pile..max_pile; the players take

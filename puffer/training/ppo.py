@@ -10,7 +10,7 @@ minibatches (puffer.training.minibatches), building envs or policies from config
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
+import math
 
 import torch
 from torch import nn
@@ -26,6 +26,10 @@ from puffer.training.rollout import float32_params
 from puffer.training.trainer import NonFiniteError, Trainer, seed_everything
 
 __all__ = ["PPO", "train", "NonFiniteError", "seed_everything"]
+
+
+# What each minibatch step reports, in this order (averaged over an update's steps as train/<name>).
+STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm", "loss")
 
 
 def _mean(x: torch.Tensor) -> torch.Tensor:
@@ -78,7 +82,9 @@ class PPO(Trainer):
         if not r.valid.any():
             return {}
         ratio = torch.ones_like(r.values) if c.vtrace else None  # pi / mu of every stored step
-        sums: dict[str, float] = defaultdict(float)
+        # the minibatches' STATS summed on the device: read once an epoch, not once a step (each
+        # read waits for the GPU's queue to drain)
+        sums = torch.zeros(len(STATS), device=self.device)
         count = 0
         epoch_batches = self.minibatches()
         for epoch in range(c.update_epochs):
@@ -88,13 +94,14 @@ class PPO(Trainer):
                 stats, batch_ratio = self._minibatch_step(batch)
                 if ratio is not None:
                     ratio.view(-1)[batch.where] = batch_ratio
-                for key, value in stats.items():
-                    sums[key] += value
+                sums += stats
                 count += 1
+            self._check_finite(sums)
             # (under torchrun the ranks' mean, so that they all stop together)
-            if c.target_kl is not None and distributed.mean_over_ranks(stats["approx_kl"]) > c.target_kl:
+            if c.target_kl is not None and distributed.mean_over_ranks(
+                    float(stats[STATS.index("approx_kl")])) > c.target_kl:
                 break
-        metrics = {f"train/{k}": v / count for k, v in sums.items()}
+        metrics = {f"train/{k}": v / count for k, v in zip(STATS, sums.tolist(), strict=True)}
         valid_values = r.values[r.valid]
         valid_returns = self.advantages[r.valid] + valid_values
         var = valid_returns.var()
@@ -120,8 +127,9 @@ class PPO(Trainer):
         return minibatches.samples(self.rollout, self.advantages, c.num_minibatches, self.generator,
                                    exact=self.world.parallel, priority=priority)
 
-    def _minibatch_step(self, mb: Minibatch) -> tuple[dict[str, float], torch.Tensor]:
-        """One gradient step of PPO's loss on `mb`; its stats and the new ratio of each sample."""
+    def _minibatch_step(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step of PPO's loss on `mb`; its STATS (a tensor on the device) and the new
+        ratio of each sample."""
         c = self.config
         actions, old_logprobs, old_values, advantages, returns, weights, prio = (
             mb.actions, mb.logprobs, mb.values, mb.advantages, mb.returns, mb.weights, mb.prio)
@@ -164,30 +172,33 @@ class PPO(Trainer):
             v_loss = 0.5 * mean((new_values - returns) ** 2)
         entropy_loss = mean(entropy)
         loss = pg_loss - c.ent_coef * entropy_loss + c.vf_coef * v_loss
-        self._check_finite("loss", loss)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         distributed.average_gradients(self.policy.parameters())  # under torchrun
         grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
-        self._check_finite("grad_norm", grad_norm)
+        # A non-finite loss or gradient poisons the weights here; update() finds it in the
+        # epoch's sums and stops, and the run saves the weights from before the update.
         self.optimizer.step()
-        return ({"policy_loss": pg_loss.item(), "value_loss": v_loss.item(),
-                 "entropy": entropy_loss.item(), "approx_kl": approx_kl.item(),
-                 "clipfrac": clipfrac.item(), "grad_norm": grad_norm.item(), "loss": loss.item()},
-                ratio.detach())
+        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac, grad_norm, loss]).detach()
+        return stats.float(), ratio.detach()
 
     def surrogate_loss(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
         """Each sample's policy loss: PPO's clipped surrogate (the pessimistic bound)."""
         clipped = ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)
         return torch.max(-advantages * ratio, -advantages * clipped)
 
-    def _check_finite(self, name: str, value: torch.Tensor) -> None:
-        if not torch.isfinite(value).all():
-            raise NonFiniteError(
-                f"train/{name} is {value.item()} at epoch {self.epoch} (global step "
-                f"{self.global_step}); stopping before the parameters are saved. Lower "
-                "train.learning_rate or train.max_grad_norm"
-            )
+    def _check_finite(self, sums: torch.Tensor) -> None:
+        """NonFiniteError naming the first of the loss, the gradient norm and the other STATS
+        that is not finite in an epoch's sums."""
+        if torch.isfinite(sums).all():
+            return
+        values = dict(zip(STATS, sums.tolist(), strict=True))
+        name = next(k for k in ("loss", "grad_norm", *STATS) if not math.isfinite(values[k]))
+        raise NonFiniteError(
+            f"train/{name} is {values[name]} at epoch {self.epoch} (global step "
+            f"{self.global_step}); stopping before the parameters are saved. Lower "
+            "train.learning_rate or train.max_grad_norm"
+        )
 
 def train(config: TrainConfig, vecenv, policy: nn.Module, device: str = "auto", seed: int = 0,
           **kwargs) -> PPO:

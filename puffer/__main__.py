@@ -36,22 +36,36 @@ def user_errors() -> tuple[type[BaseException], ...]:
 # Absolute, so that a console script and an installed wheel find the configs too.
 @hydra.main(version_base="1.3", config_path=str(puffer.config.CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | tuple[float, ...]:
-    from puffer.run import run
+    from puffer.run import run_seeds
 
     try:
-        metrics = run(cfg, HydraConfig.get().runtime.output_dir)
+        runs = run_seeds(cfg, HydraConfig.get().runtime.output_dir)
     except user_errors() as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         log.error("%s: %s\n(HYDRA_FULL_ERROR=1 shows the traceback)", type(exc).__name__, exc)
         sys.exit(2)
-    # The objective(s) a sweeper (e.g. Optuna) optimises: the keys `objective` names (a
-    # multi-objective search), else the first of these there is.
+    return objective(cfg, runs)
+
+
+def objective(cfg: DictConfig, runs: list[dict[str, float]]) -> float | tuple[float, ...]:
+    """What a sweeper (e.g. Optuna) optimises: each `objective` entry over the job's runs (its
+    trial_seeds; `min(key)`, or the mean of a bare key), else the mean of the first of the
+    default keys the runs have. A key a run lacks counts as nan."""
+    import numpy as np
+
+    from puffer.config.validate import objective_entry
+
+    combine = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max}
     if cfg.objective:
-        return tuple(float(metrics.get(key, float("nan"))) for key in cfg.objective)
+        values = []
+        for entry in cfg.objective:
+            stat, key = objective_entry(entry)
+            values.append(float(combine[stat]([float(r.get(key, float("nan"))) for r in runs])))
+        return tuple(values)
     for key in ("eval/return_mean", "env/episode_return", "benchmark/sps", "perf/sps"):
-        if key in metrics:
-            return float(metrics[key])
+        if key in runs[0]:
+            return float(np.mean([r.get(key, float("nan")) for r in runs]))
     return float("nan")
 
 

@@ -99,6 +99,20 @@ def progress_printed():
         puffer_log.setLevel(level)
 
 
+def run_seeds(cfg: DictConfig, job_dir: str | Path) -> list[dict[str, float]]:
+    """One job's runs: `run(cfg, job_dir)`, or with trial_seeds=N the seeds seed .. seed+N-1 one
+    after another, each in <job_dir>/seed_<s> with its own files; each run's final metrics."""
+    if cfg.trial_seeds == 1:
+        return [run(cfg, job_dir)]
+    check(cfg)
+    runs = []
+    for seed in range(cfg.seed, cfg.seed + cfg.trial_seeds):
+        seeded = cfg.copy()
+        seeded.seed = seed
+        runs.append(run(seeded, Path(job_dir) / f"seed_{seed}"))
+    return runs
+
+
 def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, float]:
     """Train (and evaluate) as `cfg` says; returns the final metrics, `eval/return_mean` among them.
     mode=profile trains briefly and reports where the time went instead of evaluating.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import re
 import shlex
 from pathlib import Path
@@ -113,11 +114,29 @@ def test_wrong_type_is_rejected_with_its_name(make_cfg):
         ("train.learning_rate=nan", "train.learning_rate=nan: expected a finite number"),
         ("runtime.checkpoint_minutes=-1", "runtime.checkpoint_minutes=-1.0"),
         ("mode=export", "checkpoint=None: expected a run directory, agent folder"),
+        ("trial_seeds=0", "trial_seeds=0: expected an integer >= 1"),
+        ("trial_seeds=2 mode=eval checkpoint=x", "trial_seeds=2: expected 1 with resume= or a mode other"),
+        ('objective=["best(eval/return_mean)"]', "objective='best(eval/return_mean)': expected a metric key, "
+                                                "or one inside one of ('mean', 'median', 'min', 'max')"),
     ],
 )
 def test_impossible_values_are_rejected_before_envs_start(make_cfg, override, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        check(make_cfg(override))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check(make_cfg(*override.split(" ")))
+
+
+def test_a_sweeps_objective_combines_a_trials_seeds_as_each_entry_says(make_cfg):
+    from puffer.__main__ import objective
+
+    runs = [{"eval/return_mean": 500.0, "perf/time_to_score_s": 3.0},
+            {"eval/return_mean": 200.0, "perf/time_to_score_s": 9.0},
+            {"eval/return_mean": 480.0, "perf/time_to_score_s": 4.0}]
+    cfg = make_cfg("trial_seeds=3", 'objective=["min(eval/return_mean)","median(perf/time_to_score_s)",'
+                                    '"max(perf/time_to_score_s)",perf/sps,eval/return_mean]')
+    values = objective(cfg, runs)
+    assert values[:3] == (200.0, 4.0, 9.0) and math.isnan(values[3]) and values[4] == pytest.approx(393.333, abs=1e-3)
+    assert objective(make_cfg(), runs) == pytest.approx(393.333, abs=1e-3)  # the mean of the default key
+    assert objective(make_cfg(), runs[:1]) == 500.0
 
 
 def test_a_missing_eval_checkpoint_names_the_checkpoint_key(make_cfg, tmp_path):

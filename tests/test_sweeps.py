@@ -160,16 +160,35 @@ def test_a_run_reports_its_time_to_score_and_stops_at_max_seconds(make_cfg, tmp_
     assert 2 <= metrics["perf/time_to_score_s"] < 10
 
 
-def test_the_time_to_score_search_returns_both_objectives_to_optuna(tmp_path):
-    """Two trials of the shipped search: Optuna's multi-objective study gets (return, seconds)
-    from each and writes its Pareto front."""
+def test_the_time_to_score_search_judges_each_trial_by_its_seeds(tmp_path):
+    """Two trials of the shipped search, two seeds each: Optuna's multi-objective study gets
+    (the worst seed's return, the median seconds to the score) of each trial, and writes its
+    Pareto front; the report tables every seed's run."""
+    import statistics
+
     import yaml
+
+    from puffer.loggers import read_metrics
 
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     args = [sys.executable, "-m", "puffer", "-m", "+sweep=time_to_score", "hydra.sweeper.n_trials=2",
-            "train.total_timesteps=2048", "eval.episodes=2", f"hydra.sweep.dir={tmp_path}"]
+            "trial_seeds=2", "train.total_timesteps=2048", "eval.episodes=2", f"hydra.sweep.dir={tmp_path}"]
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     front = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
     assert front["solutions"] and all(len(s["values"]) == 2 for s in front["solutions"])
     assert {"vec.num_envs", "train.learning_rate"} <= set(front["solutions"][0]["params"])
+    trials = {}
+    for job in (tmp_path / "0", tmp_path / "1"):
+        finals = [read_metrics(job / f"seed_{seed}" / "metrics.jsonl")[-1] for seed in (0, 1)]
+        overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+        params = tuple(sorted(o for o in overrides if o.split("=")[0] in front["solutions"][0]["params"]))
+        trials[params] = [min(f["eval/return_mean"] for f in finals),
+                          statistics.median(f["perf/time_to_score_s"] for f in finals)]
+    for solution in front["solutions"]:
+        params = tuple(sorted(f"{k}={v}" for k, v in solution["params"].items()))
+        assert solution["values"] == pytest.approx(trials[params])
+    rows = report(tmp_path)["rows"]
+    assert sum(row.seeds for row in rows) == 4 and {row.seeds for row in rows} == {2}
+
+

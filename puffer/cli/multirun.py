@@ -9,11 +9,13 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from puffer.report.tables import run_metrics
+
 log = logging.getLogger("puffer")
 
 
 class MultirunEnd(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir)
-        runs = sum(1 for path in folder.glob("*/metrics.jsonl")) if folder.is_dir() else 0
+        runs = len(run_metrics(folder)) if folder.is_dir() else 0
         log.info("multirun in %s: %d runs; compare them: python -m puffer.report %s", folder, runs, folder)

@@ -380,8 +380,13 @@ class RunConfig:
     checkpoint: str | None = None
     # What `python -m puffer` returns to a sweeper: null, the evaluation return (or the first of
     # env/episode_return, benchmark/sps, perf/sps there is); or a list of metric keys for a
-    # multi-objective search, e.g. [eval/return_mean, perf/time_to_score_s].
+    # multi-objective search, e.g. [eval/return_mean, perf/time_to_score_s]. With trial_seeds,
+    # an entry may name how its seeds' values combine: `min(eval/return_mean)` (one of
+    # OBJECTIVE_STATS; a bare key is their mean).
     objective: list[str] | None = None
+    # How many seeds one job trains: seed, seed+1, ... one after another, each in
+    # <job dir>/seed_<s>, so that a sweep trial is judged on more than one seed's luck.
+    trial_seeds: int = 1
     # Load files that can run code: checkpoints not signed by this user's key (resume unpickles
     # the envs inside them), pickled model.pt files of older runs, model files whose config names
     # code outside puffer. Only for files from someone you trust (puffer.files.trust).
@@ -398,6 +403,8 @@ OPTIMIZERS = ("adam", "muon")
 SCHEDULES = ("linear", "cosine")
 ACTIVATIONS = ("tanh", "relu", "gelu")
 PIXEL_LAYOUTS = ("auto", "chw", "hwc")
+# how an objective entry combines a trial's seeds: min(eval/return_mean)
+OBJECTIVE_STATS = ("mean", "median", "min", "max")
 
 
 def half(n: int) -> int:

@@ -7,6 +7,7 @@ class: puffer.build.check).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -16,6 +17,7 @@ from puffer.config.schema import (
     BACKENDS,
     LOGGER_BACKENDS,
     MODES,
+    OBJECTIVE_STATS,
     OPTIMIZERS,
     PIXEL_LAYOUTS,
     SCHEDULES,
@@ -68,7 +70,23 @@ def validate(cfg) -> None:
     if cfg.mode.name == "export":
         _require(bool(cfg.mode.dir), "mode.dir", cfg.mode.dir,
                  "the folder to export the agent to, e.g. mode.dir=agents/cartpole")
+    _require(cfg.trial_seeds >= 1, "trial_seeds", cfg.trial_seeds, "an integer >= 1 (seeds one job trains)")
+    _require(cfg.trial_seeds == 1 or (cfg.mode.name == "train" and not cfg.resume), "trial_seeds",
+             cfg.trial_seeds, "1 with resume= or a mode other than train")
+    for entry in cfg.objective or ():
+        objective_entry(entry)
     resolve_device(cfg.device)
+
+
+def objective_entry(entry: str) -> tuple[str, str]:
+    """An `objective` entry as (how the trial's seeds combine, metric key):
+    `min(eval/return_mean)` -> ("min", "eval/return_mean"); a bare key -> ("mean", key)."""
+    match = re.fullmatch(r"(\w+)\((.+)\)", entry)
+    if match is None:
+        return "mean", entry
+    _require(match[1] in OBJECTIVE_STATS, "objective", entry,
+             f"a metric key, or one inside one of {OBJECTIVE_STATS}, e.g. min(eval/return_mean)")
+    return match[1], match[2]
 
 
 def has_display() -> bool:

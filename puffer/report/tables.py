@@ -52,6 +52,8 @@ class Job:
     records: list[dict] = field(default_factory=list)
     # The setting without the choice of env: what is compared across envs.
     variant: str = "(defaults)"
+    # the command-line overrides of the job (with trial_seeds, every seed of it has the same)
+    overrides: list[str] = field(default_factory=list)
 
     def last(self, key: str) -> float:
         values = [r[key] for r in self.records if isinstance(r.get(key), (int, float))]
@@ -137,22 +139,31 @@ ENV_CHOICE = ("env=", "env.id=", "env.game=", "env.module=", "env.kwargs")
 
 def load_jobs(sweep_dir: Path) -> list[Job]:
     found = []
-    for metrics in sorted(Path(sweep_dir).glob("*/metrics.jsonl")):
-        job_dir = metrics.parent
-        overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
-        config = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text())
-        found.append((job_dir, overrides, config, read_metrics(metrics)))
+    for metrics in run_metrics(Path(sweep_dir)):
+        run_dir = metrics.parent
+        # a trial's seeds (<job>/seed_<s>) share the job's overrides; each has its own config
+        hydra = run_dir / ".hydra" if (run_dir / ".hydra").is_dir() else run_dir.parent / ".hydra"
+        overrides = yaml.safe_load((hydra / "overrides.yaml").read_text()) or []
+        config = yaml.safe_load((run_dir / "config.yaml").read_text() if hydra.parent != run_dir
+                                else (hydra / "config.yaml").read_text())
+        found.append((run_dir, overrides, config, read_metrics(metrics)))
     if not found:
         raise FileNotFoundError(f"{sweep_dir}: no job directories with metrics.jsonl; is it a multirun directory?")
     # A setting is what varies between jobs, seeds aside.
     shared = set.intersection(*(set(overrides) for _, overrides, _, _ in found))
     jobs = []
-    for job_dir, overrides, config, records in found:
+    for run_dir, overrides, config, records in found:
         varying = [label(o) for o in overrides if o not in shared and not o.startswith(("seed=", "hydra."))]
         variant = ",".join(o for o in varying if not o.startswith(ENV_CHOICE))
-        jobs.append(Job(job_dir, describe(config.get("env", {})), ",".join(varying) or "(defaults)",
-                        int(config.get("seed", 0)), records, variant or "(defaults)"))
+        jobs.append(Job(run_dir, describe(config.get("env", {})), ",".join(varying) or "(defaults)",
+                        int(config.get("seed", 0)), records, variant or "(defaults)", overrides))
     return jobs
+
+
+def run_metrics(sweep_dir: Path) -> list[Path]:
+    """The metrics.jsonl of every run of a multirun: one a job, or one a seed of the jobs that
+    trained several (trial_seeds: <job>/seed_<s>/)."""
+    return sorted([*sweep_dir.glob("*/metrics.jsonl"), *sweep_dir.glob("*/seed_*/metrics.jsonl")])
 
 
 def label(override: str) -> str:
@@ -381,8 +392,7 @@ def _keyed(jobs: list[Job]) -> dict[str, np.ndarray]:
 def _settings(jobs: list[Job]) -> str:
     """The command-line settings every job of a multirun shares, the env and seed aside: with
     the other side's, what differs between A and B."""
-    shared = set.intersection(*(set(yaml.safe_load((job.path / ".hydra" / "overrides.yaml").read_text()) or [])
-                                for job in jobs))
+    shared = set.intersection(*(set(job.overrides) for job in jobs))
     kept = sorted(o for o in shared if not o.startswith(("seed=", "hydra.", ENV_CHOICE)))
     return " ".join(kept) or "the defaults"
 

@@ -18,7 +18,7 @@ from traces import assert_backends_agree
 
 import puffer
 from puffer.build import check, make_env_creator
-from puffer.config import ConfigError, validate
+from puffer.config import CONF_DIR, ConfigError, validate
 from puffer.emulation import PufferEnv
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -74,6 +74,30 @@ def test_default_config_is_cartpole_ppo_on_cpu_friendly_defaults(make_cfg):
 def test_overrides_compose_from_groups(make_cfg):
     cfg = make_cfg("env=classic/cartpole", "vec=multiprocessing", "train.total_timesteps=50000", "seed=3")
     assert (cfg.vec.backend, cfg.train.total_timesteps, cfg.seed) == ("multiprocessing", 50000, 3)
+
+
+def test_preset_zoo_gives_an_env_rl_zoos_settings_and_keeps_the_rest(make_cfg):
+    """CartPole ships settings tuned for time to score; preset=zoo gives rl-baselines3-zoo's
+    (hyperparams/ppo.yml: n_steps 32, 20 epochs of one 256 batch, gamma 0.98, lambda 0.8, 64
+    wide); an env whose config is the zoo's already keeps its own; overrides still win."""
+    tuned, zoo = make_cfg("env=classic/cartpole"), make_cfg("env=classic/cartpole", "preset=zoo")
+    assert (tuned.train.num_steps, tuned.train.gamma, tuned.policy.hidden_size) == (64, 0.98, 32)
+    assert (zoo.vec.num_envs, zoo.train.num_steps, zoo.train.num_minibatches, zoo.train.update_epochs) == (8, 32, 1, 20)
+    assert (zoo.train.learning_rate, zoo.train.gamma, zoo.train.gae_lambda, zoo.policy.hidden_size) == (0.001, 0.98, 0.8, 64)
+    assert make_cfg("env=classic/acrobot", "preset=zoo") == make_cfg("env=classic/acrobot")
+    assert make_cfg("preset=zoo", "train.gamma=0.9").train.gamma == 0.9
+    validate(zoo)
+
+
+def test_every_preset_file_belongs_to_a_preset_and_an_env_config():
+    """conf/preset_env/<preset>/<env config>.yaml is read only when both exist: a typo there
+    would be ignored in silence."""
+    files = sorted((CONF_DIR / "preset_env").rglob("*.yaml"))
+    assert files
+    for path in files:
+        preset, *env = path.relative_to(CONF_DIR / "preset_env").with_suffix("").parts
+        assert (CONF_DIR / "preset" / f"{preset}.yaml").is_file(), path
+        assert (CONF_DIR / "env" / Path(*env).with_suffix(".yaml")).is_file(), path
 
 
 def test_env_tuned_settings_override_generic_train_defaults(make_cfg):

@@ -15,9 +15,11 @@ import puffer
 from puffer.run import run
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cartpole_773e1fc"
-# the command that wrote them (seed=3, serial, CartPole-v1, the default policy)
+# the command that wrote them (seed=3, serial, CartPole-v1, the default policy), with the
+# CartPole settings shipped then (the zoo's, gamma 0.99 and gae_lambda 0.95)
 WRITTEN_WITH = ["train.total_timesteps=2048", "train.num_steps=64", "eval.episodes=0",
-                "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0", "seed=3"]
+                "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0", "seed=3",
+                "preset=zoo", "train.gamma=0.99", "train.gae_lambda=0.95"]
 
 
 def test_a_model_file_of_the_flat_layout_loads_and_acts():

@@ -20,7 +20,7 @@ def scalars(run_dir):
 
 
 def test_tensorboard_gets_the_same_namespaced_metrics_as_the_metrics_file(make_cfg, tmp_path):
-    run(make_cfg("logger=tensorboard", "train.total_timesteps=1024", "eval.episodes=2"), tmp_path)
+    run(make_cfg("logger=tensorboard", "train.total_timesteps=1024", "train.num_steps=32", "eval.episodes=2"), tmp_path)
     logged = scalars(tmp_path)
     records = read_metrics(tmp_path / "metrics.jsonl")
     losses = [r["train/policy_loss"] for r in records if "train/policy_loss" in r]

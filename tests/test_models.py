@@ -183,7 +183,8 @@ def test_the_run_log_names_the_encoder_and_the_parameter_count(make_cfg, tmp_pat
     from puffer.run import run
 
     caplog.set_level(logging.INFO, logger="puffer")
-    run(make_cfg("train.total_timesteps=256", "train.num_steps=32", "eval.episodes=0"), tmp_path)
+    run(make_cfg("train.total_timesteps=256", "train.num_steps=32", "policy.hidden_size=64", "eval.episodes=0"),
+        tmp_path)
     assert "policy: Default (obs: flat -> 4), 9,155 parameters" in caplog.text
 
 

@@ -344,7 +344,8 @@ def test_resume_latest_leaves_multirun_jobs_out(tmp_path):
 
 
 def test_resume_with_another_architecture_names_every_difference(make_cfg, tmp_path):
-    run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "eval.episodes=0"), tmp_path / "a")
+    run(make_cfg("train.total_timesteps=512", "train.num_steps=64", "policy.hidden_size=64", "eval.episodes=0"),
+        tmp_path / "a")
     with pytest.raises(puffer.config.ConfigError) as info:
         run(make_cfg(f"resume={tmp_path / 'a'}", "policy.hidden_size=32", "policy.activation=relu",
                      "train.num_steps=32"), tmp_path / "b")

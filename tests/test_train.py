@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_cli_run_leaves_config_metrics_checkpoint_and_eval(cli, tmp_path):
-    result = cli("train.total_timesteps=2048", "eval.episodes=3", "vec=multiprocessing")
+    result = cli("train.total_timesteps=2048", "train.num_steps=32", "eval.episodes=3", "vec=multiprocessing")
     run_dir = tmp_path / "run"
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert "id: CartPole-v1" in (run_dir / "config.yaml").read_text()
@@ -50,7 +50,7 @@ def key_of(item) -> str:
 
 
 def test_wandb_offline_run_records_config_step_metric_and_metrics(tmp_path, make_cfg):
-    cfg = make_cfg("logger=wandb", "logger.mode=offline", "train.total_timesteps=1024",
+    cfg = make_cfg("logger=wandb", "logger.mode=offline", "train.total_timesteps=1024", "train.num_steps=32",
                    "eval.episodes=2", "seed=4")
     run(cfg, tmp_path)
     records = finished_run_records(tmp_path)
@@ -87,8 +87,9 @@ def test_readme_python_examples_run_as_written(index, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_default_config_solves_cartpole_within_100k_steps(seed, make_cfg, tmp_path):
-    metrics = run(make_cfg(f"seed={seed}"), tmp_path)
+def test_default_config_solves_cartpole_within_50k_steps(seed, make_cfg, tmp_path):
+    """Half the zoo's 100k budget (issue 32: its settings left 2 of 6 seeds below 475 here)."""
+    metrics = run(make_cfg(f"seed={seed}", "train.total_timesteps=50000"), tmp_path)
     assert metrics["perf/wall_s"] > 0
     assert metrics["eval/episodes"] == 20
     assert metrics["eval/return_mean"] >= 475, metrics
@@ -210,7 +211,7 @@ def test_wandb_online_without_a_reachable_server_trains_on_offline(tmp_path, mak
     monkeypatch.delenv("WANDB_MODE", raising=False)
     started = time.monotonic()
     metrics = run(make_cfg("logger=wandb", "logger.mode=online", "logger.init_timeout=3",
-                           "train.total_timesteps=512"), tmp_path)
+                           "train.total_timesteps=512", "train.num_steps=32"), tmp_path)
     assert time.monotonic() - started < 90  # W&B's own default waits 90 s, then stops the run
     assert metrics["train/epoch"] == 2  # 512 steps of 8 envs x 32
     assert "continuing offline" in caplog.text

@@ -72,7 +72,7 @@ def test_spo_is_a_second_algorithm_in_its_own_file_that_reuses_ppo_and_the_colle
     from puffer.training.spo import SPO
 
     cfg = make_cfg("train=spo", "train.total_timesteps=4096", "train.num_steps=32", "eval.episodes=2")
-    assert cfg.train._target_ == "puffer.training.spo.SPO" and cfg.train.learning_rate == 0.001  # CartPole's settings
+    assert cfg.train._target_ == "puffer.training.spo.SPO" and cfg.train.learning_rate == 0.003  # CartPole's settings
     metrics = run(cfg, tmp_path)
     state = checkpoint.read(sorted((tmp_path / "checkpoints").glob("*.pt"))[-1])
     assert state["train_config"]["_target_"] == "puffer.training.spo.SPO" and "eval/return_mean" in metrics

@@ -423,7 +423,9 @@ def help_groups() -> str:
     Hydra's own list also shows the typed schemas and the bases the env files build on (the
     env/*/default.yaml files), which are not choices."""
     lines = []
-    for group in sorted(p for p in CONF_DIR.rglob("*") if p.is_dir() and p.name != "hydra"):
+    # (preset_env/: what a preset gives each env, read through `preset`, not chosen itself)
+    for group in sorted(p for p in CONF_DIR.rglob("*") if p.is_dir() and p.name != "hydra"
+                        and p.relative_to(CONF_DIR).parts[0] != "preset_env"):
         options = sorted(f.stem for f in group.glob("*.yaml")
                          if not (f.stem == "default" and group.parent.name == "env"))
         if options:

@@ -83,8 +83,8 @@ class PPO(Trainer):
             return {}
         ratio = torch.ones_like(r.values) if c.vtrace else None  # pi / mu of every stored step
         # the minibatches' STATS summed on the device: read once an epoch, not once a step (each
-        # read waits for the GPU's queue to drain)
-        sums = torch.zeros(len(STATS), device=self.device)
+        # read waits for the GPU's queue to drain); in float64, as Python's floats summed them
+        sums = torch.zeros(len(STATS), dtype=torch.float64, device=self.device)
         count = 0
         epoch_batches = self.minibatches()
         for epoch in range(c.update_epochs):

@@ -142,10 +142,10 @@ def load_jobs(sweep_dir: Path) -> list[Job]:
     for metrics in run_metrics(Path(sweep_dir)):
         run_dir = metrics.parent
         # a trial's seeds (<job>/seed_<s>) share the job's overrides; each has its own config
-        hydra = run_dir / ".hydra" if (run_dir / ".hydra").is_dir() else run_dir.parent / ".hydra"
+        a_job = (run_dir / ".hydra").is_dir()
+        hydra = run_dir / ".hydra" if a_job else run_dir.parent / ".hydra"
         overrides = yaml.safe_load((hydra / "overrides.yaml").read_text()) or []
-        config = yaml.safe_load((run_dir / "config.yaml").read_text() if hydra.parent != run_dir
-                                else (hydra / "config.yaml").read_text())
+        config = yaml.safe_load((hydra / "config.yaml" if a_job else run_dir / "config.yaml").read_text())
         found.append((run_dir, overrides, config, read_metrics(metrics)))
     if not found:
         raise FileNotFoundError(f"{sweep_dir}: no job directories with metrics.jsonl; is it a multirun directory?")

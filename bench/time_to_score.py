@@ -5,7 +5,9 @@ Stable-Baselines3 with rl-baselines3-zoo's settings, trained side by side on thi
                                   [--steps N] [--checkpoints 20] [--reference sb3|none]
                                   [--jobs 2] [--out DIR] [puffer overrides ...]
 
-Each run trains to the env's budget (the zoo's, or --steps) and saves its policy every budget /
+puffer trains with its shipped configs (the overrides, e.g. `preset=zoo` for the zoo's settings
+where a config departs from them, apply to puffer's runs only). Each run trains to the env's
+budget (the zoo's, or --steps) and saves its policy every budget /
 --checkpoints steps with the training wall time it had then (puffer: its checkpoints'
 `train_seconds`; SB3: a callback that saves the model, its VecNormalize statistics and the time,
 the saving itself off the clock). Afterwards, off the clock, every saved policy is evaluated with

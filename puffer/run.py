@@ -34,7 +34,7 @@ from puffer.build import (
 )
 from puffer.config import CONF_DIR
 from puffer.config.resume import check_resumable, resumed_config
-from puffer.config.validate import resolve_device
+from puffer.config.validate import objective_entry, resolve_device
 from puffer.errors import ConfigError
 from puffer.evaluation.runs import check_recording, final_evaluation, training_videos
 from puffer.files import checkpoint, model_file
@@ -102,6 +102,7 @@ def progress_printed():
 def run_seeds(cfg: DictConfig, job_dir: str | Path) -> list[dict[str, float]]:
     """One job's runs: `run(cfg, job_dir)`, or with trial_seeds=N the seeds seed .. seed+N-1 one
     after another, each in <job_dir>/seed_<s> with its own files; each run's final metrics."""
+    check_objective_score(cfg)
     if cfg.trial_seeds == 1:
         return [run(cfg, job_dir)]
     check(cfg)
@@ -220,6 +221,18 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
             logger.close()
         if ctx.enabled:
             distributed.shutdown()
+
+
+SCORE_METRICS = ("perf/time_to_score_s", "perf/steps_to_score", "perf/scored")
+
+
+def check_objective_score(cfg: DictConfig) -> None:
+    """An objective on the time to score needs a score: without one every trial would return
+    nan and the search would learn nothing, in silence."""
+    keys = [objective_entry(entry)[1] for entry in cfg.objective or ()]
+    if any(key in SCORE_METRICS for key in keys) and env_score(cfg) is None:
+        raise ConfigError(f"objective={list(cfg.objective)}: {env_name(cfg)} registers no reward_threshold; "
+                          "expected eval.score=<the return that counts as solved>, e.g. eval.score=-200")
 
 
 def env_score(cfg: DictConfig) -> float | None:

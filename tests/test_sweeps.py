@@ -160,6 +160,21 @@ def test_a_run_reports_its_time_to_score_and_stops_at_max_seconds(make_cfg, tmp_
     assert 2 <= metrics["perf/time_to_score_s"] < 10
 
 
+def test_a_search_on_the_time_to_score_of_an_env_without_a_score_is_one_error(make_cfg, tmp_path):
+    """Pendulum-v1 registers no reward_threshold: every trial would return nan."""
+    from puffer.config import ConfigError
+    from puffer.run import run_seeds
+
+    objective = 'objective=["min(eval/return_mean)","median(perf/time_to_score_s)"]'
+    with pytest.raises(ConfigError, match=r"Pendulum-v1 registers no reward_threshold; expected eval.score="):
+        run_seeds(make_cfg("env=classic/pendulum", objective, "trial_seeds=2"), tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing trained
+    cfg = make_cfg("env=classic/pendulum", objective, "eval.score=-1500", "train.total_timesteps=1024",
+                   "train.num_steps=64", "train.num_minibatches=4", "eval.episodes=1")
+    (metrics,) = run_seeds(cfg, tmp_path / "scored")
+    assert metrics["perf/scored"] in (0.0, 1.0) and metrics["perf/time_to_score_s"] > 0
+
+
 def test_the_time_to_score_search_judges_each_trial_by_its_seeds(tmp_path):
     """Two trials of the shipped search, two seeds each: Optuna's multi-objective study gets
     (the worst seed's return, the median seconds to the score) of each trial, and writes its

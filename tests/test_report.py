@@ -213,3 +213,12 @@ def test_the_profile_band_brackets_the_profile_and_needs_enough_runs():
     profile = stats.performance_profile(scores, taus)
     assert (low <= profile + 1e-12).all() and (profile <= high + 1e-12).all() and (high > low).any()
     assert stats.profile_band({"a": np.ones(3)}, taus) is None
+
+
+def test_a_folder_without_runs_is_one_line_naming_it(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "puffer.report", str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"{tmp_path}: no runs (no <job>/metrics.jsonl); expected a multirun directory")

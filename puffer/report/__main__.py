@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
-from puffer.report.tables import compare, report
+from puffer.report.tables import compare, report, run_metrics
 
 log = logging.getLogger("puffer.report")
 
@@ -20,6 +21,11 @@ def main() -> None:
     parser.add_argument("--wandb", action="store_true", help="also log the table and plots to W&B")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for folder in filter(None, (args.sweep_dir, args.other)):  # one line, not a traceback
+        if not run_metrics(Path(folder)):
+            sys.stderr.write(f"{folder}: no runs (no <job>/metrics.jsonl); expected a multirun directory, "
+                             "e.g. outputs/multirun/<date>/<time>\n")
+            sys.exit(2)
     if args.other:
         result = compare(args.sweep_dir, args.other, args.out)
         log.info("%s", result["markdown"].read_text())

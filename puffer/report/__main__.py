@@ -21,6 +21,12 @@ def main() -> None:
     parser.add_argument("--wandb", action="store_true", help="also log the table and plots to W&B")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from puffer.envs.catalog import importable
+
+    if not args.other and not importable("matplotlib"):  # before any work: the plots need it
+        sys.stderr.write("python -m puffer.report needs matplotlib for its plots (the sweeps extra): "
+                         "pip install 'puffer[sweeps]'\n")
+        sys.exit(2)
     for folder in filter(None, (args.sweep_dir, args.other)):  # one line, not a traceback
         if not run_metrics(Path(folder)):
             sys.stderr.write(f"{folder}: no runs (no <job>/metrics.jsonl); expected a multirun directory, "
@@ -31,12 +37,6 @@ def main() -> None:
         log.info("%s", result["markdown"].read_text())
         log.info("wrote %s", result["markdown"])
         return
-    from puffer.envs.catalog import importable
-
-    if not importable("matplotlib"):  # before any work: the plots need it
-        sys.stderr.write("python -m puffer.report needs matplotlib for its plots (the sweeps extra): "
-                         "pip install 'puffer[sweeps]'\n")
-        sys.exit(2)
     result = report(args.sweep_dir, args.out, args.wandb)
     log.info("%s", result["markdown"].read_text())
     log.info("wrote %s, %s, %s", result["markdown"], result["csv"], ", ".join(map(str, result["images"])))

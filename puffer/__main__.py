@@ -56,12 +56,11 @@ def objective(cfg: DictConfig, runs: list[dict[str, float]]) -> float | tuple[fl
 
     from puffer.config.validate import objective_entry
 
-    combine = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max}
     if cfg.objective:
         values = []
         for entry in cfg.objective:
-            stat, key = objective_entry(entry)
-            values.append(float(combine[stat]([float(r.get(key, float("nan"))) for r in runs])))
+            stat, key = objective_entry(entry)  # stat: one of OBJECTIVE_STATS, each a numpy function
+            values.append(float(getattr(np, stat)([float(r.get(key, float("nan"))) for r in runs])))
         return tuple(values)
     for key in ("eval/return_mean", "env/episode_return", "benchmark/sps", "perf/sps"):
         if key in runs[0]:

@@ -105,7 +105,6 @@ def run_seeds(cfg: DictConfig, job_dir: str | Path) -> list[dict[str, float]]:
     check_objective_score(cfg)
     if cfg.trial_seeds == 1:
         return [run(cfg, job_dir)]
-    check(cfg)
     runs = []
     for seed in range(cfg.seed, cfg.seed + cfg.trial_seeds):
         seeded = cfg.copy()

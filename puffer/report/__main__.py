@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from puffer.report.tables import compare, report, run_metrics
+from puffer.report.tables import compare, report, required_runs
 
 log = logging.getLogger("puffer.report")
 
@@ -27,10 +27,11 @@ def main() -> None:
         sys.stderr.write("python -m puffer.report needs matplotlib for its plots (the sweeps extra): "
                          "pip install 'puffer[sweeps]'\n")
         sys.exit(2)
-    for folder in filter(None, (args.sweep_dir, args.other)):  # one line, not a traceback
-        if not run_metrics(Path(folder)):
-            sys.stderr.write(f"{folder}: no runs (no <job>/metrics.jsonl); expected a multirun directory, "
-                             "e.g. outputs/multirun/<date>/<time>\n")
+    for folder in filter(None, (args.sweep_dir, args.other)):
+        try:
+            required_runs(Path(folder))
+        except FileNotFoundError as exc:  # one line, not a traceback
+            sys.stderr.write(f"{exc}\n")
             sys.exit(2)
     if args.other:
         result = compare(args.sweep_dir, args.other, args.out)

@@ -139,7 +139,7 @@ ENV_CHOICE = ("env=", "env.id=", "env.game=", "env.module=", "env.kwargs")
 
 def load_jobs(sweep_dir: Path) -> list[Job]:
     found = []
-    for metrics in run_metrics(Path(sweep_dir)):
+    for metrics in required_runs(Path(sweep_dir)):
         run_dir = metrics.parent
         # a trial's seeds (<job>/seed_<s>) share the job's overrides; each has its own config
         a_job = (run_dir / ".hydra").is_dir()
@@ -147,8 +147,6 @@ def load_jobs(sweep_dir: Path) -> list[Job]:
         overrides = yaml.safe_load((hydra / "overrides.yaml").read_text()) or []
         config = yaml.safe_load((hydra / "config.yaml" if a_job else run_dir / "config.yaml").read_text())
         found.append((run_dir, overrides, config, read_metrics(metrics)))
-    if not found:
-        raise FileNotFoundError(f"{sweep_dir}: no job directories with metrics.jsonl; is it a multirun directory?")
     # A setting is what varies between jobs, seeds aside.
     shared = set.intersection(*(set(overrides) for _, overrides, _, _ in found))
     jobs = []
@@ -164,6 +162,15 @@ def run_metrics(sweep_dir: Path) -> list[Path]:
     """The metrics.jsonl of every run of a multirun: one a job, or one a seed of the jobs that
     trained several (trial_seeds: <job>/seed_<s>/)."""
     return sorted([*sweep_dir.glob("*/metrics.jsonl"), *sweep_dir.glob("*/seed_*/metrics.jsonl")])
+
+
+def required_runs(sweep_dir: Path) -> list[Path]:
+    """run_metrics(sweep_dir), or FileNotFoundError saying the folder holds no runs."""
+    found = run_metrics(sweep_dir)
+    if not found:
+        raise FileNotFoundError(f"{sweep_dir}: no runs (no <job>/metrics.jsonl); expected a multirun directory, "
+                                "e.g. outputs/multirun/<date>/<time>")
+    return found
 
 
 def label(override: str) -> str:

@@ -1,6 +1,7 @@
 """`python -m puffer [overrides]`: compose the config from conf/ with Hydra and run it.
 
-Ctrl-C (or SIGTERM) saves a checkpoint, closes the workers and exits with status 130. A bad
+Ctrl-C (or SIGTERM) saves a checkpoint, closes the workers and exits with status 130 (SIGHUP: 129;
+SIGUSR1 saves a checkpoint and goes on, and outside training is noted). A bad
 value, a missing or unreadable checkpoint, or an env's failure prints one message (no puffer
 traceback unless HYDRA_FULL_ERROR=1) and exits with status 2.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 import hydra
@@ -81,9 +83,25 @@ def single_run_of_a_grid(args: list[str]) -> str | None:
 
 
 def cli() -> None:
-    """The `puffer` command (and `python -m puffer`): Ctrl-C or SIGTERM exit with status 130.
-    `--info envs` lists the env configs (Hydra's other --info choices are its own)."""
-    args = sys.argv[1:]
+    """The `puffer` command (and `python -m puffer`): Ctrl-C or SIGTERM exit with status 130,
+    SIGHUP with 129; SIGUSR1 never ends it (puffer.training.signals)."""
+    from puffer.training.signals import exit_status, install_outside_training
+
+    install_outside_training()  # first: a SIGUSR1 or SIGHUP during start-up is never a death
+    try:
+        command(sys.argv[1:])
+    except KeyboardInterrupt as stop:
+        log.warning("interrupted")
+        sys.exit(exit_status(stop))
+    finally:
+        # Python puts its own handlers back to the default action as the interpreter ends, and a
+        # SIGUSR1 then would still kill the finished run: ignored, it is not theirs to undo
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+def command(args: list[str]) -> None:
+    """`--info envs` lists the env configs (Hydra's other --info choices are its own); anything
+    else is checked (one line and exit 2 for a bad command line) and run by Hydra."""
     if "--info" in args and args[args.index("--info") + 1 :][:1] == ["envs"]:
         from puffer.envs.catalog import catalog, table
 
@@ -106,11 +124,7 @@ def cli() -> None:
 
         sys.argv += [f"hydra.run.dir={tempfile.mkdtemp(prefix=f'puffer-rank{rank}-')}",
                      "hydra.output_subdir=null"]
-    try:
-        main()
-    except KeyboardInterrupt:
-        log.warning("interrupted")
-        sys.exit(130)
+    main()
 
 
 def unwritable_output_dir(args: list[str]) -> str | None:

@@ -180,7 +180,7 @@ def load(path: str | Path, device: str = "cpu", trust_code: bool = False) -> Age
         spaces_ = None
         if "observation_space" in state:  # an older run's model.pt (read with trust_code)
             spaces_ = state["observation_space"], state["action_space"], state["native_action_space"]
-    trust.check_targets(config, f"{where} ({file})", trust_code)
+    trust.check_config(config, f"{where} ({file})", trust_code)
     if spaces_ is None:  # an epoch checkpoint: the spaces come from building the run's env once
         *spaces_, agent_spaces = spaces_from_config(config, agents=True)
     policy = build_policy(config["policy"], spaces_[0], spaces_[1])

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +36,13 @@ from puffer.config.resume import check_resumable, resumed_config
 from puffer.config.validate import objective_entry, resolve_device
 from puffer.errors import ConfigError
 from puffer.evaluation.runs import check_recording, final_evaluation, training_videos
-from puffer.files import checkpoint, model_file
+from puffer.files import checkpoint, model_file, trust
 from puffer.loggers.base import Logger
 from puffer.monitor import profiler
 from puffer.monitor.profiler import Profiler
 from puffer.monitor.progress import ProgressReporter, env_name
 from puffer.runtime import distributed
-from puffer.training.signals import Signals, interrupt
+from puffer.training.signals import STOPPING, Signals, install_outside_training
 from puffer.training.trainer import Stopped, Trainer, seed_everything
 
 log = logging.getLogger(__name__)
@@ -119,6 +118,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     `overrides`, the command line `cfg` was composed from (under Hydra: its own), lets a resumed
     run take the rest of its config from the checkpoint."""
     check(cfg)
+    if cfg.mode.name == "train":  # the key that will sign its checkpoints: refused now, not at the first
+        trust.user_key()
     overrides = command_line() if overrides is None else overrides
     resume, resume_state = (checkpoint.load(cfg.resume, map_location="cpu", trust_code=cfg.trust_code)
                             if cfg.resume else (None, None))
@@ -141,8 +142,7 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
            if cfg.mode.name == "train" else distributed.SINGLE)
     device, seed = distributed.rank_device(device, ctx), cfg.seed + ctx.rank
     seed_everything(seed)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
+    install_outside_training()
     profiling = cfg.mode.name == "profile"
     train_cfg = OmegaConf.to_object(cfg.train)
     if profiling:
@@ -167,7 +167,7 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=seed,
                             runtime=OmegaConf.to_object(cfg.runtime), logger=logger,
                             run_dir=None if profiling else run_dir, progress=progress,
-                            full_config=OmegaConf.to_container(cfg, resolve=True),
+                            full_config=saved_config_of(cfg),
                             profiler=Profiler(device, sync=sync),
                             epoch_hooks=[score_watch, *([training_videos(cfg.eval, cfg.seed, make_env_creator(cfg, evaluation=True),
                                                                          device, run_dir, logger)]
@@ -351,6 +351,15 @@ def run_benchmark(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     return metrics
 
 
+def saved_config_of(cfg: DictConfig) -> dict:
+    """The config that checkpoints and the model file carry: the run's, resolved, less the
+    reader's opt-in (`trust_code` comes from whoever reads a file, never from the file:
+    puffer.files.trust.check_config refuses a file that sets it)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.pop("trust_code", None)
+    return config
+
+
 def prepare_run_dir(cfg: DictConfig, run_dir: Path) -> Path:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -383,7 +392,7 @@ def train_until_done(trainer: Trainer, torch_trace: bool, run_dir: Path) -> dict
         if trainer.world.parallel:  # the other ranks are not in this save's collectives
             log.warning("stopped at once under torchrun: no interrupt checkpoint (the last epoch's stands)")
         elif trainer.run_dir is not None:
-            held = {signal.SIGINT, signal.SIGTERM}
+            held = set(STOPPING)
             signal.pthread_sigmask(signal.SIG_BLOCK, held)
             try:
                 path = trainer.save_checkpoint(interrupted=True)

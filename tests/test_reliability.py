@@ -479,3 +479,45 @@ def test_training_goes_on_through_worker_restarts_and_logs_them(make_cfg, tmp_pa
     assert logged == sorted(logged) and logged[0] < logged[-1]
     with pytest.raises(puffer.vector.WorkerError, match="boom at step 150"):
         run(make_cfg(*small), tmp_path / "plain")  # without restarts the first crash stops it
+
+
+def test_sighup_to_the_process_group_saves_like_sigterm_and_exits_129(make_cfg, tmp_path):
+    """A closed terminal or a dropped ssh session: the epoch ends, a checkpoint is saved, the
+    workers (which ignore it) are closed, and the run resumes from it."""
+    proc = start_training(tmp_path / "run", "vec=multiprocessing", "train.num_steps=64")
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    os.killpg(proc.pid, signal.SIGHUP)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 129, output
+    assert "SIGHUP: stopping after epoch" in output and "checkpoint saved" in output
+    (saved,) = (tmp_path / "run" / "checkpoints").glob("epoch_*.pt")
+    state = checkpoint.read(saved)
+    assert "_interrupted" not in saved.name and state["rollout"]["env_state"]["backend"] == "multiprocessing"
+    time.sleep(1.0)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+    resumed = run(make_cfg("vec=multiprocessing", "train.num_steps=64", "eval.episodes=0",
+                           f"train.total_timesteps={(state['epoch'] + 1) * 64 * 8}", f"resume={saved}"),
+                  tmp_path / "resumed")
+    assert resumed["train/epoch"] == state["epoch"] + 1
+
+
+def test_sigusr1_at_any_moment_of_a_run_is_a_request_never_a_death(tmp_path):
+    """From start-up through training and the final evaluation, SIGUSR1 every 0.1 s (to the
+    whole group, workers included): the run ends as it would have, with its model and evaluation."""
+    args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "vec=multiprocessing",
+            "train.total_timesteps=8192", "train.num_steps=64", "eval.episodes=20", "runtime.log_interval=0"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    time.sleep(0.4)  # the interpreter's own start (before puffer's first line runs) is not ours to guard
+    sent = 0
+    while proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGUSR1)
+            sent += 1
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    output = proc.stdout.read()
+    assert proc.returncode == 0, output
+    assert sent > 20 and (tmp_path / "model.safetensors").exists()
+    assert "eval/return_mean" in (tmp_path / "metrics.jsonl").read_text()

@@ -267,3 +267,186 @@ def test_checkpoint_minutes_saves_during_a_run_without_an_epoch_interval(make_cf
     run(make_cfg(*SMALL, "runtime.checkpoint_minutes=0.0001", "runtime.keep_checkpoints=0"), tmp_path)
     saved = sorted((tmp_path / "checkpoints").glob("epoch_*.pt"))
     assert len(saved) > 2 and "runtime.checkpoint_minutes=0.0001" in caplog.text
+
+
+# -- a model file's config is data (issue 44): payloads that the walk of `_target_`s alone missed
+def opens(marker: Path) -> str:
+    """A node that, once built, creates `marker`: the code a crafted config would run."""
+    return f"{{_target_: builtins.open, file: '{marker}', mode: w}}"
+
+
+def interpolations(marker: Path) -> dict[str, tuple[str, object]]:
+    """Where an interpolation could hide a `_target_` (a resolver builds the node only when
+    OmegaConf resolves it): name -> (dotted key, value)."""
+    decoded = f"${{oc.create:${{oc.decode:\"{opens(marker)}\"}}}}"
+    return {
+        "policy_value": ("policy.log_std_init", decoded),
+        "env_kwargs": ("env.kwargs", {"render_mode": decoded}),
+        "wrappers_list": ("env.wrappers", f"${{oc.create:${{oc.decode:\"[{opens(marker)}]\"}}}}"),
+        "nested_in_a_list": ("policy.hidden_size", [1, [decoded]]),
+        "custom_resolver": ("policy.hidden_size", "${half:128}"),  # one of puffer's own resolvers
+        "in_a_key": ("env.kwargs", {"${oc.env:HOME}": 1}),
+    }
+
+
+def planted_model(trained: Path, folder: Path, **settings) -> Path:
+    """The trained run's model file with `settings` (dotted key -> value) in its config, as a
+    shared agent folder."""
+    saved = model_file.read(trained / "model.safetensors")
+    for dotted, value in settings.items():
+        node = saved.config
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    model_file.save(folder / "model.safetensors", saved)
+    return folder
+
+
+def refused_everywhere(make_cfg, folder: Path, tmp_path: Path, match: str) -> None:
+    """puffer.load, mode=eval and mode=export each refuse `folder` with one UntrustedFileError."""
+    with pytest.raises(UntrustedFileError, match=match):
+        puffer.load(folder)
+    with pytest.raises(UntrustedFileError, match=match):
+        run(make_cfg("mode=eval", f"checkpoint={folder}"), tmp_path / "eval")
+    with pytest.raises(UntrustedFileError, match=match):
+        run(make_cfg("mode=export", f"checkpoint={folder}", f"mode.dir={tmp_path / 'exported'}"), tmp_path / "export")
+    assert not (tmp_path / "exported" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("case", list(interpolations(Path("m"))))
+def test_an_interpolation_in_a_model_files_config_is_never_resolved(make_cfg, trained, marker, tmp_path, case):
+    dotted, value = interpolations(marker)[case]
+    folder = planted_model(trained, tmp_path / "shared_agent", **{dotted: value})
+    refused_everywhere(make_cfg, folder, tmp_path, r"an interpolation.*trust_code=true")
+
+
+def test_an_interpolation_in_another_users_checkpoint_is_never_resolved(
+        make_cfg, trained, marker, tmp_path, monkeypatch):
+    state = checkpoint.read(trained / "checkpoints" / "epoch_000002.pt")
+    state["config"]["policy"]["log_std_init"] = interpolations(marker)["policy_value"][1]
+    planted = sign_with_another_key(state, tmp_path / "theirs.pt", tmp_path, monkeypatch)
+    with pytest.raises(UntrustedFileError, match="an interpolation"):
+        puffer.load(planted)
+    with pytest.raises(UntrustedFileError, match="an interpolation"):
+        run(make_cfg("mode=eval", f"checkpoint={planted}"), tmp_path / "eval")
+
+
+@pytest.mark.parametrize("settings, match", [
+    # puffer's own functions: a file reader that unpickles what the folder ships beside it
+    ({"env": {"_target_": "puffer.files.checkpoint.read", "path": "payload.pt", "trust_code": True}},
+     "trust_code"),
+    ({"env": {"_target_": "puffer.files.checkpoint.read", "path": "payload.pt"}}, "env makers"),
+    ({"env": {"_target_": "puffer.agent.load", "path": "payload.pt"}}, "env makers"),
+    ({"policy._target_": "puffer.agent.load"}, "policy classes"),
+    ({"policy._target_": "puffer.policies.build.build_policy"}, "policy classes"),  # a function
+    ({"policy._target_": "puffer.training.ppo.PPO"}, "policy classes"),  # puffer's, not a policy
+    # Hydra's call keys, the opt-in, wrappers that call or write
+    ({"policy._args_": [["x"]]}, "_args_"),
+    ({"policy._partial_": True}, "_partial_"),
+    ({"trust_code": True}, "opt-in comes from your command line"),
+    ({"env.wrappers": ["gymnasium.wrappers.TransformObservation"]}, "wrapper classes"),
+    ({"env.wrappers": [{"_target_": "gymnasium.wrappers.RecordVideo", "video_folder": "/tmp/x"}]},
+     "wrapper classes"),
+    ({"env.wrappers": [{"_target_": "gymnasium.wrappers.TimeLimit", "max_episode_steps": {"_target_": "os.getcwd"}}]},
+     "env.wrappers"),
+    ({"env.wrappers": ["collections.UserList"]}, "wrapper classes"),
+    # a module imported to make the env runs as it is imported
+    ({"env.id": "this:Zen-v0"}, "suites' packages"),
+])
+def test_a_model_file_may_name_only_allowed_classes_and_no_opt_in(
+        make_cfg, trained, marker, tmp_path, settings, match):
+    folder = planted_model(trained, tmp_path / "shared_agent", **settings)
+    refused_everywhere(make_cfg, folder, tmp_path, match)
+
+
+def test_allowed_wrappers_and_suite_ids_still_load_and_trust_code_reads_the_rest(trained, tmp_path):
+    wrappers = [{"_target_": "gymnasium.wrappers.TimeLimit", "max_episode_steps": 50},
+                "gymnasium.wrappers.RecordEpisodeStatistics"]
+    folder = planted_model(trained, tmp_path / "ok", **{"env.wrappers": wrappers})
+    assert puffer.load(folder).act(np.zeros(4, np.float32)) in (0, 1)
+    folder = planted_model(trained, tmp_path / "trusted", **{"policy.hidden_size": "${half:128}"})
+    with pytest.raises(UntrustedFileError):
+        puffer.load(folder)
+    with pytest.raises(RuntimeError, match="size mismatch"):  # trusted: resolved to 64, not the trained 32
+        puffer.load(folder, trust_code=True)
+
+
+def test_a_run_with_trust_code_writes_files_that_load_without_it(make_cfg, trained, tmp_path):
+    """The opt-in is the reader's: it never travels in the model file or the checkpoint."""
+    run_dir = tmp_path / "with_opt_in"
+    run(make_cfg(*SMALL, "trust_code=true"), run_dir)
+    assert "trust_code" not in model_file.read(run_dir / "model.safetensors").config
+    assert "trust_code" not in checkpoint.read(sorted((run_dir / "checkpoints").glob("*.pt"))[-1])["config"]
+    assert puffer.load(run_dir).act(np.zeros(4, np.float32)) in (0, 1)
+
+
+# -- the key is the user's, or it is not used (issue 44)
+def a_key(path: Path, mode: int = 0o600, owner: int | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("ab" * 32)
+    path.chmod(mode)
+    if owner is not None:
+        os.chown(path, owner, -1)
+    return path
+
+
+def other_user() -> int:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    return 4242
+
+
+@pytest.mark.parametrize("case, match", [
+    ("world_readable", "mode 0644"),
+    ("group_writable", "mode 0620"),
+    ("another_users_file", "owned by another user"),
+    ("link_to_another_users_file", "a link to .*owned by another user"),
+    ("another_users_link", "a link owned by another user"),
+    ("in_a_folder_others_write", "a folder that others can write"),
+    ("another_users_in_a_shared_sticky_folder", "owned by another user"),
+    ("a_directory", "not a regular file"),
+])
+def test_a_key_file_that_others_could_write_or_read_is_refused_before_training(
+        make_cfg, tmp_path, monkeypatch, case, match):
+    key = tmp_path / "keys" / "signing.key"
+    if case == "world_readable":
+        a_key(key, 0o644)
+    elif case == "group_writable":
+        a_key(key, 0o620)
+    elif case == "another_users_file":
+        a_key(key, owner=other_user())
+    elif case == "link_to_another_users_file":
+        target = a_key(tmp_path / "theirs" / "signing.key", owner=other_user())
+        key.parent.mkdir()
+        key.symlink_to(target)
+    elif case == "another_users_link":
+        target = a_key(tmp_path / "mine" / "signing.key")
+        key.parent.mkdir()
+        key.symlink_to(target)
+        os.lchown(key, other_user(), -1)
+    elif case == "in_a_folder_others_write":
+        a_key(key)
+        key.parent.chmod(0o777)
+    elif case == "another_users_in_a_shared_sticky_folder":
+        a_key(key, owner=other_user())
+        key.parent.chmod(0o1777)
+    else:
+        key.mkdir(parents=True)
+    monkeypatch.setenv(trust.KEY_FILE_VARIABLE, str(key))
+    with pytest.raises(UntrustedFileError, match=f"{match}.*PUFFER_KEY_FILE"):
+        run(make_cfg(*SMALL), tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # refused before the first epoch
+
+
+def test_a_checkpoint_signed_with_a_leaked_key_does_not_resume(make_cfg, trained, marker, tmp_path, monkeypatch):
+    """Another user read a world-readable key and signed a pickle with it: refused, nothing runs."""
+    key = a_key(tmp_path / "keys" / "signing.key")
+    monkeypatch.setenv(trust.KEY_FILE_VARIABLE, str(key))
+    state = checkpoint.read(trained / "checkpoints" / "epoch_000002.pt", trust_code=True)
+    state["rollout"]["env_state"]["workers"] = [pickle.dumps(Payload(marker))]
+    planted = tmp_path / "epoch_000003.pt"
+    checkpoint.save_atomic(state, planted)  # what the reader of the leaked key can sign
+    key.chmod(0o644)
+    with pytest.raises(UntrustedFileError, match="mode 0644"):
+        run(make_cfg(*SMALL, f"resume={planted}"), tmp_path / "resumed")

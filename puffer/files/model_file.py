@@ -6,7 +6,7 @@ policy and its agent: the run's config (the policy section builds the network, t
 names what it acts in), the flat and native spaces (puffer.files.space_json), and what the training
 was (steps, epochs, wall time, the command). Reading it unpickles nothing: safetensors parses a
 JSON header and raw tensor bytes, and the config is built only from puffer's own targets
-(puffer.files.trust.check_targets) unless the reader trusts the file's code.
+(puffer.files.trust.check_config) unless the reader trusts the file's code.
 
 What lives here: `save(path, policy, spaces, config, training)` and `read(path) -> ModelFile`.
 What does not: the Agent around a loaded policy (puffer.agent), checkpoints for resuming, which

@@ -1,5 +1,7 @@
 """What signals do to a run: stop at an epoch boundary with a checkpoint, stop now, or save and
-go on (`Signals`, installed around training by puffer.run), and SIGTERM as Ctrl-C otherwise.
+go on (`Signals`, installed around training by puffer.run); outside training (start-up,
+evaluation: `install_outside_training`) SIGTERM and SIGHUP stop as Ctrl-C does and SIGUSR1 is
+noted, never a death; `exit_status` of a stop: 129 for SIGHUP, 130 otherwise.
 
 What does not live here: saving (puffer.training.trainer), what a stop at once saves
 (puffer.run.train_until_done).
@@ -18,15 +20,42 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# The signals that stop a run: Ctrl-C, SIGTERM (SLURM preemption, GNU timeout) and SIGHUP (a
+# closed terminal, a dropped ssh session), each the first time at an epoch boundary.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def interrupt(signum, frame):
-    """SIGTERM outside training (start-up, evaluation): stop as Ctrl-C does."""
-    raise KeyboardInterrupt(f"signal {signum}")
+    """SIGTERM or SIGHUP outside training (start-up, evaluation): stop as Ctrl-C does."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def noted(signum, frame):
+    """SIGUSR1 outside training: a request for a checkpoint when there is none to save (start-up,
+    evaluation, after the final save). Its default action would end the process."""
+    log.info("SIGUSR1 outside training: nothing to save now (the run's checkpoints and model file "
+             "are written as usual)")
+
+
+def install_outside_training() -> None:
+    """What signals do in the main thread of a run outside `Signals`."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, interrupt)
+        signal.signal(signal.SIGUSR1, noted)
+
+
+def exit_status(stop: BaseException) -> int:
+    """The exit status of a run stopped by `stop` (a KeyboardInterrupt whose text is the
+    signal's name): 129 for SIGHUP, as a shell reports a hang-up, and 130 for the rest."""
+    return 128 + signal.SIGHUP if str(stop) == signal.SIGHUP.name else 130
 
 
 class Signals:
     """What signals do while a trainer runs. SIGINT (Ctrl-C) and SIGTERM (SLURM preemption, GNU
     timeout, sent to the whole process group: env workers ignore them and are closed by this
-    process): finish the current epoch, save a checkpoint, stop; a second one stops at once
+    process) and SIGHUP (a closed terminal): finish the current epoch, save a checkpoint, stop; a
+    second one stops at once
     (puffer.run.train_until_done saves what it can). SIGUSR1 (SLURM's warning before the time
     limit, e.g. submitit's signal_delay_s): save a checkpoint after this epoch and go on."""
 
@@ -36,15 +65,16 @@ class Signals:
 
     def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
-            for signum, handler in ((signal.SIGINT, self._stop), (signal.SIGTERM, self._stop),
-                                    (signal.SIGUSR1, self._save)):
+            for signum, handler in (*((s, self._stop) for s in STOPPING), (signal.SIGUSR1, self._save)):
                 self.previous[signum] = signal.signal(signum, handler)
         return self
 
     def __exit__(self, *exc) -> None:
         for signum, handler in self.previous.items():
-            # SIGTERM keeps interrupting (a Ray start-up may have put its own handler there)
-            signal.signal(signum, interrupt if signum == signal.SIGTERM else handler)
+            # SIGTERM and SIGHUP keep interrupting and SIGUSR1 keeps being noted (a Ray start-up
+            # may have put its own handlers there)
+            signal.signal(signum, {signal.SIGTERM: interrupt, signal.SIGHUP: interrupt,
+                                   signal.SIGUSR1: noted}.get(signum, handler))
 
     def _stop(self, signum, frame) -> None:
         name = signal.Signals(signum).name

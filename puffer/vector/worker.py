@@ -85,10 +85,10 @@ def end_with_parent() -> None:
 
 def worker_loop(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, done, messages,
             parent_pid, agents_per_env, spin_s, stack_dir=None):
-    # Ctrl-C, SIGTERM and SIGUSR1 reach the whole process group (a terminal, SLURM, GNU timeout,
+    # Ctrl-C, SIGTERM, SIGHUP and SIGUSR1 reach the whole process group (a terminal, SLURM, GNU timeout,
     # `kill -USR1 -- -PGID`): the main process handles them, saves a checkpoint with our envs in
     # it, then goes on or closes us. SIGUSR1's default action would end us.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(signum, signal.SIG_IGN)
     end_with_parent()
     # Our parent: the main process, or under forkserver the fork server, which ends with it.

@@ -109,3 +109,16 @@ def test_info_envs_tells_a_pettingzoo_family_whose_own_dependencies_are_missing(
     rows = {line.split()[0]: line.split()[2:] for line in result.stdout.splitlines()[1:]}
     assert rows["pettingzoo/multiwalker"] == ["no", "pip", "install", "'pettingzoo[sisl]'"]
     assert rows["pettingzoo/kaz"][0] == "yes" and rows["box2d/lunarlander"][0] == "no"
+
+
+@pytest.mark.parametrize("override", ["train.learning_rat=1e-3", "+train.learning_rat=1e-3"])
+def test_the_python_api_runs_the_clis_checks(tmp_path, override):
+    """puffer.train(...) was a 57-line Hydra traceback for a typo, and trained at the default rate
+    with exit 0 for its `+key` form."""
+    import puffer
+    from puffer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"train\.learning_rate") as raised:
+        puffer.train(override, run_dir=tmp_path / "run")
+    assert len(str(raised.value).splitlines()) == 1
+    assert not (tmp_path / "run").exists()

@@ -222,3 +222,44 @@ def test_a_folder_without_runs_is_one_line_naming_it(tmp_path):
     result = subprocess.run([sys.executable, "-m", "puffer.report", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith(f"{tmp_path}: no runs (no <job>/metrics.jsonl); expected a multirun directory")
+
+
+def test_compare_two_real_multiruns_with_shared_overrides(tmp_path):
+    """Real A/B multiruns from the CLI, each with settings every job shares (a budget, the
+    changed setting): the comparison names them, its numbers are the jobs', and it draws."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shared = ["train.total_timesteps=1024", "train.num_steps=32", "eval.episodes=3", "runtime.log_interval=0"]
+    sides = {"a": [], "b": ["train.learning_rate=0.01"]}
+    root = Path(__file__).resolve().parents[1]
+    for side, extra in sides.items():
+        ran = subprocess.run([sys.executable, "-m", "puffer", "-m", "seed=0,1", *shared, *extra,
+                              f"hydra.sweep.dir={tmp_path / side}"], cwd=root, capture_output=True, text=True,
+                             timeout=300)
+        assert ran.returncode == 0, ran.stderr
+    result = subprocess.run([sys.executable, "-m", "puffer.report", str(tmp_path / "a"), str(tmp_path / "b")],
+                            cwd=root, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "b" / "compare.md").read_text()
+    lines = text.splitlines()
+    budget = "runtime.log_interval=0 train.num_steps=32 train.total_timesteps=1024"
+    assert lines[0] == f"A: {tmp_path / 'a'} (eval.episodes=3 {budget})"
+    assert lines[1] == f"B: {tmp_path / 'b'} (eval.episodes=3 runtime.log_interval=0 train.learning_rate=0.01 " \
+                       "train.num_steps=32 train.total_timesteps=1024)"
+    means = {}
+    for side in sides:
+        returns = [json.loads(line)["eval/return_mean"]
+                   for job in sorted((tmp_path / side).glob("*/metrics.jsonl"))
+                   for line in job.read_text().splitlines() if "eval/return_mean" in line]
+        assert len(returns) == 2
+        means[side] = float(np.mean(returns))
+    (row,) = [line for line in lines if line.startswith("| CartPole-v1 |")]
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert float(cells[1]) == pytest.approx(means["a"], abs=0.01)
+    assert float(cells[3]) == pytest.approx(means["b"], abs=0.01)
+    assert float(cells[5]) == pytest.approx(means["b"] - means["a"], abs=0.02)
+    if pytest.importorskip("matplotlib"):
+        assert (tmp_path / "b" / "compare.png").stat().st_size > 5000
+        assert "[compare.png](compare.png)" in text

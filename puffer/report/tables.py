@@ -28,7 +28,7 @@ import os
 import re
 import warnings
 from collections import defaultdict
-from dataclasses import astuple, dataclass, field, fields
+from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -400,7 +400,7 @@ def _settings(jobs: list[Job]) -> str:
     """The command-line settings every job of a multirun shares, the env and seed aside: with
     the other side's, what differs between A and B."""
     shared = set.intersection(*(set(job.overrides) for job in jobs))
-    kept = sorted(o for o in shared if not o.startswith(("seed=", "hydra.", ENV_CHOICE)))
+    kept = sorted(o for o in shared if not o.startswith(("seed=", "hydra.", *ENV_CHOICE)))
     return " ".join(kept) or "the defaults"
 
 
@@ -438,8 +438,31 @@ def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None)
             lines.append(f"\nOnly in {side}: {', '.join(envs)}")
     path = Path(out or b_dir) / "compare.md"
     path.parent.mkdir(parents=True, exist_ok=True)
+    images = plot_comparison(jobs_a, jobs_b, path.parent)
+    if images:
+        lines += ["", "Training episode return of A and B (mean over seeds, t 95% band): "
+                  + ", ".join(f"[{image.name}]({image.name})" for image in images)]
     path.write_text("\n".join(lines) + "\n")
-    return {"differences": differences, "only": only, "markdown": path}
+    return {"differences": differences, "only": only, "markdown": path, "images": images}
+
+
+def plot_comparison(jobs_a: list[Job], jobs_b: list[Job], out: Path) -> list[Path]:
+    """compare.png and compare_time.png: per env, A's and B's returns against env steps and
+    training seconds on one axis; none (with a warning) without matplotlib."""
+    from puffer.envs.catalog import importable
+
+    if not importable("matplotlib"):
+        log.warning("no comparison plot: it needs matplotlib (pip install 'puffer[sweeps]')")
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sides = [replace(job, setting=side) for side, jobs in (("A", jobs_a), ("B", jobs_b)) for job in jobs]
+    return [path for x, label, path in (("global_step", "env steps", out / "compare.png"),
+                                        ("perf/train_seconds", "training seconds", out / "compare_time.png"))
+            if plot_returns(plt, sides, x, label, path)]
 
 
 def sweep_logging(sweep_dir: Path) -> dict:

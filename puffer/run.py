@@ -33,7 +33,7 @@ from puffer.build import (
 )
 from puffer.config import CONF_DIR
 from puffer.config.resume import check_resumable, resumed_config
-from puffer.config.validate import objective_entry, resolve_device
+from puffer.config.validate import check_trial_seeds, objective_entry, resolve_device
 from puffer.errors import ConfigError
 from puffer.evaluation.runs import check_recording, final_evaluation, training_videos
 from puffer.files import checkpoint, model_file, trust
@@ -106,6 +106,7 @@ def progress_printed():
 def run_seeds(cfg: DictConfig, job_dir: str | Path) -> list[dict[str, float]]:
     """One job's runs: `run(cfg, job_dir)`, or with trial_seeds=N the seeds seed .. seed+N-1 one
     after another, each in <job_dir>/seed_<s> with its own files; each run's final metrics."""
+    check_trial_seeds(cfg)  # before a job of no runs returns nothing to its sweeper
     check_objective_score(cfg)
     if cfg.trial_seeds == 1:
         return [run(cfg, job_dir)]

@@ -122,3 +122,54 @@ def test_the_python_api_runs_the_clis_checks(tmp_path, override):
         puffer.train(override, run_dir=tmp_path / "run")
     assert len(str(raised.value).splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+BAD_VALUES = [  # (overrides, the key the one line names): each refused before any env starts
+    (["runtime.torch_threads=100000"], "runtime.torch_threads=100000"),  # segfaulted inside OpenMP
+    (["seed=99999999999999999999"], "seed=99999999999999999999"),  # an overflow traceback
+    (["trial_seeds=0"], "trial_seeds=0"),  # an IndexError: a job of no runs
+    (["trial_seeds=-1"], "trial_seeds=-1"),
+    (["env=ocean/cartpole", "env.num_rows=0"], "env.num_rows=0"),  # ZeroDivisionError
+    (["env=ocean/cartpole", "env.num_rows=-1"], "env.num_rows=-1"),
+    (["env=ocean/snake", "env.size=0"], "env.size=0"),
+    (["objective=[nosuch/metric]"], "objective='nosuch/metric'"),  # a sweep then optimised NaN
+    (["checkpoint=some/run"], "checkpoint='some/run'"),  # ignored by mode=train, in silence
+    (["eval.score=nan"], "eval.score=nan"),  # accepted in silence
+]
+
+
+@pytest.mark.parametrize(("args", "names"), BAD_VALUES)
+def test_each_bad_value_is_one_line_before_any_env_starts(make_cfg, tmp_path, args, names):
+    from puffer.errors import ConfigError
+    from puffer.run import run_seeds
+
+    with pytest.raises(ConfigError) as raised:
+        run_seeds(make_cfg(*args, "train.total_timesteps=1024"), tmp_path / "run")
+    message = str(raised.value)
+    assert message.startswith(f"{names}: expected") and "\n" not in message
+    assert not (tmp_path / "run").exists()  # not even the run directory
+
+
+def test_a_wrapper_missing_its_arguments_is_one_line_naming_it(make_cfg, tmp_path):
+    from puffer.errors import ConfigError
+    from puffer.run import run
+
+    with pytest.raises(ConfigError, match=r"env.wrappers\[0\]='gymnasium.wrappers.TimeLimit': .*'max_episode_steps'.*"
+                                          r"\{_target_: gymnasium.wrappers.TimeLimit, <argument>: <value>\}"):
+        run(make_cfg("env.wrappers=[gymnasium.wrappers.TimeLimit]", "train.total_timesteps=1024"), tmp_path / "run")
+
+
+def test_bad_values_exit_2_with_one_line_from_the_cli(cli):
+    result = cli("trial_seeds=0", check=False)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() + result.stdout.splitlines() if "[ERROR]" in line]
+    assert len(errors) == 1 and "trial_seeds=0: expected an integer >= 1" in errors[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_an_uneven_minibatch_split_is_said_with_the_key(make_cfg, caplog):
+    from puffer.config.validate import validate
+
+    validate(make_cfg("train.num_minibatches=3"))  # 8 envs x 64 steps = 512
+    assert "train.num_minibatches=3 does not divide the batch of train.num_steps * vec.num_envs = 512 steps: " \
+           "its minibatches hold 171 and 170 steps" in caplog.text

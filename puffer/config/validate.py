@@ -6,6 +6,7 @@ class: puffer.build.check).
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from typing import Any
@@ -25,6 +26,11 @@ from puffer.config.schema import (
 )
 from puffer.errors import ConfigError
 
+log = logging.getLogger(__name__)
+# An ocean env's settings that count or measure something (num_rows, size, horizon, ...): >= 1.
+OCEAN_POSITIVE = ("num_rows", "num_games", "num_arenas", "num_agents", "num_snakes", "size", "horizon",
+                  "max_steps", "episode_length", "length", "arms", "points")
+
 
 def _require(ok: bool, key: str, value: Any, expected: str) -> None:
     if not ok:
@@ -35,7 +41,11 @@ def validate(cfg) -> None:
     """Reject impossible values and combinations before any env starts, each with its key, its
     value and what was expected. `cfg` is the composed run config."""
     _require(cfg.mode.name in MODES, "mode.name", cfg.mode.name, f"one of {MODES}")
-    _require(cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0")
+    _require(0 <= cfg.seed < MAX_SEED, "seed", cfg.seed, "an integer in [0, 2**62) (envs and evaluation add "
+             "their offsets to it, and torch's and numpy's seeds are 64-bit)")
+    _require(cfg.mode.name in ("eval", "export") or cfg.checkpoint is None, "checkpoint", cfg.checkpoint,
+             f"null with mode={cfg.mode.name} (checkpoint= is what mode=eval and mode=export read); "
+             "to train on from a checkpoint pass resume=<run dir | file | latest>")
     _require(cfg.mode.seconds > 0, "mode.seconds", cfg.mode.seconds, "seconds > 0")
     _require(cfg.profile.timesteps > 0, "profile.timesteps", cfg.profile.timesteps, "an integer > 0")
     _check_env_and_policy(cfg)
@@ -45,6 +55,8 @@ def validate(cfg) -> None:
     e = cfg.eval
     _require(e.episodes >= 0, "eval.episodes", e.episodes, "an integer >= 0 (0: no evaluation)")
     _require(e.max_steps >= 1, "eval.max_steps", e.max_steps, "an integer >= 1")
+    _require(e.score is None or math.isfinite(e.score), "eval.score", e.score,
+             "a finite return, or null (the env's registered reward_threshold)")
     _require(e.video_episodes >= 1, "eval.video_episodes", e.video_episodes, "an integer >= 1")
     _require(e.video_fps >= 1, "eval.video_fps", e.video_fps, "an integer >= 1")
     _require(e.video_interval >= 0, "eval.video_interval", e.video_interval,
@@ -70,7 +82,7 @@ def validate(cfg) -> None:
     if cfg.mode.name == "export":
         _require(bool(cfg.mode.dir), "mode.dir", cfg.mode.dir,
                  "the folder to export the agent to, e.g. mode.dir=agents/cartpole")
-    _require(cfg.trial_seeds >= 1, "trial_seeds", cfg.trial_seeds, "an integer >= 1 (seeds one job trains)")
+    check_trial_seeds(cfg)
     _require(cfg.trial_seeds == 1 or (cfg.mode.name == "train" and not cfg.resume), "trial_seeds",
              cfg.trial_seeds, "1 with resume= or a mode other than train")
     for entry in cfg.objective or ():
@@ -78,15 +90,30 @@ def validate(cfg) -> None:
     resolve_device(cfg.device)
 
 
+def check_trial_seeds(cfg) -> None:
+    _require(cfg.trial_seeds >= 1, "trial_seeds", cfg.trial_seeds, "an integer >= 1 (seeds one job trains)")
+
+
 def objective_entry(entry: str) -> tuple[str, str]:
     """An `objective` entry as (how the trial's seeds combine, metric key):
-    `min(eval/return_mean)` -> ("min", "eval/return_mean"); a bare key -> ("mean", key)."""
+    `min(eval/return_mean)` -> ("min", "eval/return_mean"); a bare key -> ("mean", key). A key
+    outside the sections a run logs (a typo) is refused: a search would optimise NaN."""
     match = re.fullmatch(r"(\w+)\((.+)\)", entry)
-    if match is None:
-        return "mean", entry
-    _require(match[1] in OBJECTIVE_STATS, "objective", entry,
+    stat, key = ("mean", entry) if match is None else (match[1], match[2])
+    _require(stat in OBJECTIVE_STATS, "objective", entry,
              f"a metric key, or one inside one of {OBJECTIVE_STATS}, e.g. min(eval/return_mean)")
-    return match[1], match[2]
+    _require(key.startswith(METRIC_SECTIONS) and len(key.split("/", 1)[1]) > 0, "objective", entry,
+             f"a metric a run logs, under one of {', '.join(METRIC_SECTIONS)} (e.g. eval/return_mean, "
+             "perf/time_to_score_s; a run's metrics.jsonl lists them)")
+    return stat, key
+
+
+# What a run's metrics are named under (metrics.jsonl, the values a job returns to a sweeper).
+METRIC_SECTIONS = ("eval/", "env/", "perf/", "train/", "benchmark/", "vec/")
+# seeds: below 2**62, so that every offset added to one (env i, evaluation) stays a 64-bit seed
+MAX_SEED = 2**62
+# torch threads: more than any machine has cores (a much larger number segfaults inside OpenMP)
+MAX_THREADS = 1024
 
 
 def has_display() -> bool:
@@ -103,6 +130,10 @@ def _check_env_and_policy(cfg) -> None:
         key = missing[0] if missing[0].startswith("env.") else f"env.{missing[0]}"
         raise ConfigError(f"{key} is required by this env config and was not given "
                           "(e.g. python -m puffer env=classic/gym env.id=MountainCar-v0)")
+    if str(cfg.env.get("_target_", "")).startswith("puffer.envs.ocean."):  # counts and lengths
+        for key, value in cfg.env.items():
+            if isinstance(value, int) and not isinstance(value, bool) and key in OCEAN_POSITIVE:
+                _require(value >= 1, f"env.{key}", value, "an integer >= 1")
     if "max_sequence_length" in cfg.env:
         _require(cfg.env.max_sequence_length >= 1, "env.max_sequence_length", cfg.env.max_sequence_length,
                  "an integer >= 1")
@@ -170,6 +201,11 @@ def _check_train(t, v) -> None:
     batch = t.num_steps * v.num_envs
     _require(t.num_minibatches <= batch, "train.num_minibatches", t.num_minibatches,
              f"at most the batch of train.num_steps * vec.num_envs = {batch} steps")
+    if batch % t.num_minibatches:
+        size = -(-batch // t.num_minibatches)
+        log.warning("train.num_minibatches=%d does not divide the batch of train.num_steps * vec.num_envs = %d "
+                    "steps: its minibatches hold %d and %d steps (a divisor gives equal ones)",
+                    t.num_minibatches, batch, size, batch - size * (t.num_minibatches - 1))
     _require(t.optimizer in OPTIMIZERS, "train.optimizer", t.optimizer, f"one of {OPTIMIZERS}")
     _require(t.lr_schedule in SCHEDULES, "train.lr_schedule", t.lr_schedule, f"one of {SCHEDULES}")
     has = set(t.keys())
@@ -197,7 +233,8 @@ def _check_runtime(r) -> None:
     _require(r.keep_checkpoints >= 0, "runtime.keep_checkpoints", r.keep_checkpoints,
              "an integer >= 0 (0 keeps all)")
     for key in ("torch_threads", "rollout_threads"):
-        _require(r[key] >= 0, f"runtime.{key}", r[key], "an integer >= 0 (0 picks for the machine)")
+        _require(0 <= r[key] <= MAX_THREADS, f"runtime.{key}", r[key],
+                 f"an integer in [0, {MAX_THREADS}] (0 picks for the machine)")
     _require(r.amp in (None, "bf16"), "runtime.amp", r.amp, "bf16 or null")
     _require(r.log_interval >= 0, "runtime.log_interval", r.log_interval, "a number >= 0")
     _require(r.max_seconds is None or r.max_seconds > 0, "runtime.max_seconds", r.max_seconds,

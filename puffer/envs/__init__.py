@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes.util
 import importlib
+import inspect
 import os
 import sys
 from typing import Any
@@ -90,7 +91,15 @@ def wrap(env, wrapper, key: str):
     except Exception as exc:  # hydra wraps import errors of every kind
         raise ConfigError(f"{key}={target!r}: cannot import it ({exc})") from None
     # YAML has no tuples, and gymnasium's wrappers check for them (ResizeObservation's shape)
-    return cls(env, **{name: tuple(value) if isinstance(value, list) else value for name, value in spec.items()})
+    arguments = {name: tuple(value) if isinstance(value, list) else value for name, value in spec.items()}
+    try:
+        inspect.signature(cls).bind(env, **arguments)
+    except TypeError as exc:  # a missing or unknown argument: the config's mistake, named
+        raise ConfigError(f"{key}={wrapper!r}: {target} takes other arguments ({exc}); give them as "
+                          f"{{_target_: {target}, <argument>: <value>}}") from None
+    except ValueError:  # no signature to check (a builtin): the call says
+        pass
+    return cls(env, **arguments)
 
 
 def pettingzoo_install(module: str) -> str:

@@ -34,7 +34,7 @@ from puffer.build import (
 from puffer.config import CONF_DIR
 from puffer.config.resume import check_resumable, resumed_config
 from puffer.config.validate import check_trial_seeds, objective_entry, resolve_device
-from puffer.errors import ConfigError
+from puffer.errors import CheckpointError, ConfigError
 from puffer.evaluation.runs import check_recording, final_evaluation, training_videos
 from puffer.files import checkpoint, model_file, trust
 from puffer.loggers.base import Logger
@@ -183,7 +183,19 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
             trainer.load_state_dict(resume_state)
             log.info("resumed from %s at epoch %d (global step %d)", resume, trainer.epoch,
                      trainer.global_step)
-        metrics = train_until_done(trainer, cfg.profile.torch_trace and profiling, run_dir)
+        def save_model() -> Path:
+            training = {"global_step": trainer.global_step, "epoch": trainer.epoch,
+                        "wall_seconds": round(trainer.train_seconds, 1), "command": command_text(overrides),
+                        "puffer_version": puffer.__version__}
+            return Agent.from_env(policy, vecenv.driver_env, trainer.full_config,
+                                  training=training).save(run_dir / model_file.NAME)
+
+        try:
+            metrics = train_until_done(trainer, cfg.profile.torch_trace and profiling, run_dir)
+        except CheckpointError as exc:  # a checkpoint could not be written (a full disk, say)
+            if ctx.is_main and not profiling:
+                save_model_instead(save_model, trainer, exc)
+            raise
         metrics.update(score_watch.metrics(trainer))
         if not ctx.is_main:
             return metrics
@@ -195,11 +207,7 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         vecenv.close()
         # The trained policy is saved before evaluating it: an evaluation that fails or never
         # ends must not cost the run (`mode=eval checkpoint=<run dir>` can evaluate it again).
-        training = {"global_step": trainer.global_step, "epoch": trainer.epoch,
-                    "wall_seconds": round(trainer.train_seconds, 1), "command": command_text(overrides),
-                    "puffer_version": puffer.__version__}
-        logger.log_checkpoint(Agent.from_env(policy, vecenv.driver_env, trainer.full_config, training=training)
-                              .save(run_dir / model_file.NAME))  # W&B: the final model as an artifact
+        logger.log_checkpoint(save_model())  # W&B: the final model as an artifact
         metrics.update(final_evaluation(cfg.eval, cfg.seed, policy, make_env_creator(cfg, evaluation=True),
                                         device, run_dir, logger, game="module" in cfg.env))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
@@ -226,6 +234,21 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
             logger.close()
         if ctx.enabled:
             distributed.shutdown()
+
+
+def save_model_instead(save_model, trainer: Trainer, failure: CheckpointError) -> None:
+    """A checkpoint failed (the disk filled at the final save, say): the policy trained so far
+    still goes to model.safetensors, a fraction of a checkpoint's size, and the log says which
+    of the two was written."""
+    try:
+        path = save_model()
+    except OSError as exc:
+        log.error("the checkpoint could not be written (%s), and the model file neither (%s): nothing "
+                  "of epoch %d is saved; the run's earlier checkpoints are intact", failure, exc, trainer.epoch)
+        return
+    log.error("the checkpoint could not be written (%s); the policy after epoch %d (global step %d) is saved "
+              "as %s (for puffer.load and mode=eval; a resume needs a checkpoint)", failure, trainer.epoch,
+              trainer.global_step, path)
 
 
 SCORE_METRICS = ("perf/time_to_score_s", "perf/steps_to_score", "perf/scored")
@@ -366,9 +389,39 @@ def saved_config_of(cfg: DictConfig) -> dict:
     return config
 
 
+# Run directories this process writes to, each with its lock held (released when it exits).
+HELD_RUN_DIRS: dict[Path, int] = {}
+LOCK_NAME = ".puffer.lock"
+
+
+def lock_run_dir(run_dir: Path) -> None:
+    """One process writes to a run directory: a second run given the same hydra.run.dir is
+    refused at its start, instead of interleaving metrics.jsonl and pruning the other's
+    checkpoints. The lock (flock on .puffer.lock) lasts as long as this process; runs one after
+    another in it may share a folder."""
+    import fcntl
+    import os
+
+    key = run_dir.resolve()
+    if key in HELD_RUN_DIRS:
+        return
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise ConfigError(f"hydra.run.dir={str(run_dir)!r}: another run is writing there (pid {holder}); "
+                          "pass another hydra.run.dir, or wait for it to end") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    HELD_RUN_DIRS[key] = fd
+
+
 def prepare_run_dir(cfg: DictConfig, run_dir: Path) -> Path:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        lock_run_dir(run_dir)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     except OSError as exc:
         raise OSError(exc.errno, f"cannot write to the run directory {run_dir}: {exc.strerror}; "

@@ -20,7 +20,9 @@ from conftest import wait_for_epochs
 from gymnasium.utils import EzPickle
 from test_vector import Crashing
 
+import puffer
 import puffer.config
+import puffer.errors
 import puffer.vector
 from puffer.config import resume
 from puffer.emulation import GymnasiumPufferEnv
@@ -521,3 +523,29 @@ def test_sigusr1_at_any_moment_of_a_run_is_a_request_never_a_death(tmp_path):
     assert proc.returncode == 0, output
     assert sent > 20 and (tmp_path / "model.safetensors").exists()
     assert "eval/return_mean" in (tmp_path / "metrics.jsonl").read_text()
+
+
+def test_a_disk_that_fills_at_the_final_save_still_keeps_the_model_file(make_cfg, small_disk, caplog):
+    """The checkpoint (rollout buffers and envs) does not fit on the disk, the small model file
+    does: the run ends with the error named and the trained policy saved."""
+    subprocess.run(["mount", "-o", "remount,size=64k", str(small_disk)], check=True)
+    with pytest.raises(CheckpointError, match="the disk is full"):
+        run(make_cfg("train.total_timesteps=8192", "train.num_steps=512", "eval.episodes=0"), small_disk / "run")
+    assert not list((small_disk / "run" / "checkpoints").glob("*.pt"))
+    agent = puffer.load(small_disk / "run")
+    assert agent.training["global_step"] == 8192 and agent.act(np.zeros(4, np.float32)) in (0, 1)
+    assert "the checkpoint could not be written" in caplog.text and "is saved as" in caplog.text
+
+
+def test_a_second_run_in_the_same_run_dir_is_refused_at_its_start(make_cfg, tmp_path):
+    proc = start_training(tmp_path, "train.num_steps=64")
+    try:
+        with pytest.raises(puffer.errors.ConfigError, match=f"hydra.run.dir=.*another run is writing there "
+                                                            f"\\(pid {proc.pid}\\)"):
+            run(make_cfg(*SMALL), tmp_path)
+        assert len(list((tmp_path / "checkpoints").glob("*.pt"))) == 0  # nothing of the second run
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    metrics = run(make_cfg(*SMALL, "train.total_timesteps=512"), tmp_path)  # free again once it ended
+    assert metrics["train/epoch"] == 1

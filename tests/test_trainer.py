@@ -79,11 +79,10 @@ def test_spo_is_a_second_algorithm_in_its_own_file_that_reuses_ppo_and_the_colle
     # SPO's penalty: the per-sample objective peaks at ratio 1 + sign(A) * clip_coef, and unlike
     # PPO's clip its gradient does not vanish beyond it
     trainer = SPO.__new__(SPO)
-    trainer.clip_coef = 0.2
     ratio = torch.linspace(0.5, 1.5, 1001, requires_grad=True)
     for advantage in (1.0, -2.0):
-        loss = trainer.surrogate_loss(ratio, torch.full_like(ratio, advantage))
+        loss = trainer.surrogate_loss(ratio, torch.full_like(ratio, advantage), 0.2)
         assert ratio[loss.argmin()].item() == pytest.approx(1 + 0.2 * math.copysign(1, advantage), abs=1e-3)
-    loss = trainer.surrogate_loss(ratio, torch.ones_like(ratio)).sum()
+    loss = trainer.surrogate_loss(ratio, torch.ones_like(ratio), 0.2).sum()
     (grad,) = torch.autograd.grad(loss, ratio)
     assert grad[ratio.detach() > 1.3].gt(0).all()  # pulled back towards 1.2; PPO's clip gives 0 there

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -32,12 +33,23 @@ __all__ = ["PPO", "train", "NonFiniteError", "seed_everything"]
 STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm", "loss")
 
 
+class Coefficients(NamedTuple):
+    """The float settings of PPO's loss: floats for one agent, or tensors for members of a batch
+    (puffer.training.members), which may differ in them: the clip ranges bound each sample
+    ((N, 1) against (N, B) samples), the loss weights scale each member's means ((N,))."""
+
+    clip_coef: float | torch.Tensor
+    vf_clip_coef: float | torch.Tensor
+    ent_coef: float | torch.Tensor
+    vf_coef: float | torch.Tensor
+
+
 def _mean(x: torch.Tensor) -> torch.Tensor:
-    return x.mean()
+    return x.mean(-1)
 
 
 def _weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    return (x * weights).sum() / weights.sum().clamp(min=1.0)
+    return (x * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
 
 
 class PPO(Trainer):
@@ -127,51 +139,24 @@ class PPO(Trainer):
         return minibatches.samples(self.rollout, self.advantages, c.num_minibatches, self.generator,
                                    exact=self.world.parallel, priority=priority)
 
+    def coefficients(self) -> Coefficients:
+        """The loss's float settings now (clip_coef as annealed)."""
+        c = self.config
+        return Coefficients(self.clip_coef, c.vf_clip_coef, c.ent_coef, c.vf_coef)
+
     def _minibatch_step(self, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor]:
         """One gradient step of PPO's loss on `mb`; its STATS (a tensor on the device) and the new
         ratio of each sample."""
         c = self.config
-        actions, old_logprobs, old_values, advantages, returns, weights, prio = (
-            mb.actions, mb.logprobs, mb.values, mb.advantages, mb.returns, mb.weights, mb.prio)
         with self.autocast():
             if mb.sequence is None:
                 params, new_values = self.forward(mb.obs)
             else:  # (T, B, ...) row sequences: flatten everything after the recurrent pass
                 h0, c0, starts = mb.sequence
                 params, new_values = self.policy.forward_sequence(mb.obs, (h0, c0), starts)
-        params, new_values = float32_params(params), new_values.float()
-        if mb.sequence is not None:
-            actions = actions.reshape(-1, *actions.shape[2:])
-            old_logprobs, old_values, advantages, returns, weights = (
-                x.reshape(-1) for x in (old_logprobs, old_values, advantages, returns, weights))
-            prio = None if prio is None else prio.reshape(-1)
-        mean = _mean if weights is None else functools.partial(_weighted_mean, weights=weights)
-        new_logprobs, entropy = self.dist.log_prob_entropy(params, actions)
-        logratio = new_logprobs - old_logprobs
-        ratio = logratio.exp()
-        with torch.no_grad():
-            approx_kl = mean((ratio - 1) - logratio)
-            clipfrac = mean(((ratio - 1.0).abs() > self.clip_coef).float())
-        if c.norm_adv and self.world.parallel:  # the minibatches of all ranks as one
-            n, adv_mean, adv_var = distributed.moments(advantages.detach()[:, None] if weights is None
-                                                       else advantages.detach()[weights > 0][:, None])
-            std = (adv_var * n / max(float(n) - 1, 1.0)).sqrt() if weights is None else adv_var.sqrt()
-            advantages = (advantages - adv_mean.float()) / (std.float() + 1e-8)
-        elif c.norm_adv and len(advantages) > 1 and weights is None:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        elif c.norm_adv and len(advantages) > 1:
-            centred = advantages - mean(advantages)
-            advantages = centred / (mean(centred**2).sqrt() + 1e-8)
-        if prio is not None:  # prioritized draws: importance weights undo their bias
-            advantages = advantages * prio
-        pg_loss = mean(self.surrogate_loss(ratio, advantages))
-        if c.clip_vloss:
-            clipped = old_values + (new_values - old_values).clamp(-c.vf_clip_coef, c.vf_clip_coef)
-            v_loss = 0.5 * mean(torch.max((new_values - returns) ** 2, (clipped - returns) ** 2))
-        else:
-            v_loss = 0.5 * mean((new_values - returns) ** 2)
-        entropy_loss = mean(entropy)
-        loss = pg_loss - c.ent_coef * entropy_loss + c.vf_coef * v_loss
+        actions = mb.actions if mb.sequence is None else mb.actions.reshape(-1, *mb.actions.shape[2:])
+        new_logprobs, entropy = self.dist.log_prob_entropy(float32_params(params), actions)
+        loss, stats, ratio = self.loss(new_logprobs, entropy, new_values.float(), mb, self.coefficients())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         distributed.average_gradients(self.policy.parameters())  # under torchrun
@@ -179,12 +164,56 @@ class PPO(Trainer):
         # A non-finite loss or gradient poisons the weights here; update() finds it in the
         # epoch's sums and stops, and the run saves the weights from before the update.
         self.optimizer.step()
-        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac, grad_norm, loss]).detach()
+        stats = torch.cat([stats[:5], grad_norm.detach()[None].to(stats.dtype), stats[5:]])
         return stats.float(), ratio.detach()
 
-    def surrogate_loss(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    def loss(self, new_logprobs: torch.Tensor, entropy: torch.Tensor, new_values: torch.Tensor, mb: Minibatch,
+             k: Coefficients) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """PPO's loss on `mb` from the policy's log-probabilities, entropies and values of its
+        samples, with the float settings `k`; (loss, its STATS but grad_norm, each sample's new
+        ratio). A pure function of its inputs, no optimizer, no state; the samples are the last
+        axis, and every mean and normalisation is over it: with a leading member axis (N, B)
+        and (N, 1) settings it is each member's own loss (puffer.training.members)."""
+        c = self.config
+        old_logprobs, old_values, advantages, returns, weights, prio = (
+            mb.logprobs, mb.values, mb.advantages, mb.returns, mb.weights, mb.prio)
+        if mb.sequence is not None:
+            old_logprobs, old_values, advantages, returns, weights = (
+                x.reshape(-1) for x in (old_logprobs, old_values, advantages, returns, weights))
+            prio = None if prio is None else prio.reshape(-1)
+        mean = _mean if weights is None else functools.partial(_weighted_mean, weights=weights)
+        logratio = new_logprobs - old_logprobs
+        ratio = logratio.exp()
+        with torch.no_grad():
+            approx_kl = mean((ratio - 1) - logratio)
+            clipfrac = mean(((ratio - 1.0).abs() > k.clip_coef).float())
+        if c.norm_adv and self.world.parallel:  # the minibatches of all ranks as one
+            n, adv_mean, adv_var = distributed.moments(advantages.detach()[:, None] if weights is None
+                                                       else advantages.detach()[weights > 0][:, None])
+            std = (adv_var * n / max(float(n) - 1, 1.0)).sqrt() if weights is None else adv_var.sqrt()
+            advantages = (advantages - adv_mean.float()) / (std.float() + 1e-8)
+        elif c.norm_adv and advantages.shape[-1] > 1 and weights is None:
+            advantages = ((advantages - advantages.mean(-1, keepdim=True))
+                          / (advantages.std(-1, keepdim=True) + 1e-8))
+        elif c.norm_adv and advantages.shape[-1] > 1:
+            centred = advantages - mean(advantages)[..., None]
+            advantages = centred / (mean(centred**2).sqrt()[..., None] + 1e-8)
+        if prio is not None:  # prioritized draws: importance weights undo their bias
+            advantages = advantages * prio
+        pg_loss = mean(self.surrogate_loss(ratio, advantages, k.clip_coef))
+        if c.clip_vloss:
+            clipped = old_values + (new_values - old_values).clamp(-k.vf_clip_coef, k.vf_clip_coef)
+            v_loss = 0.5 * mean(torch.max((new_values - returns) ** 2, (clipped - returns) ** 2))
+        else:
+            v_loss = 0.5 * mean((new_values - returns) ** 2)
+        entropy_loss = mean(entropy)
+        loss = pg_loss - k.ent_coef * entropy_loss + k.vf_coef * v_loss
+        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac, loss], -1).detach()
+        return loss, stats, ratio
+
+    def surrogate_loss(self, ratio: torch.Tensor, advantages: torch.Tensor, clip_coef) -> torch.Tensor:
         """Each sample's policy loss: PPO's clipped surrogate (the pessimistic bound)."""
-        clipped = ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)
+        clipped = ratio.clamp(1 - clip_coef, 1 + clip_coef)
         return torch.max(-advantages * ratio, -advantages * clipped)
 
     def _check_finite(self, sums: torch.Tensor) -> None:

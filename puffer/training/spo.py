@@ -19,6 +19,6 @@ class SPO(PPO):
     """-(ratio * A - |A| / (2 * clip_coef) * (ratio - 1)^2): its optimum over the ratio is at
     1 + sign(A) * clip_coef, the edge of PPO's trust region, and the gradient never vanishes."""
 
-    def surrogate_loss(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-        penalty = advantages.abs() / (2 * self.clip_coef) * (ratio - 1) ** 2
+    def surrogate_loss(self, ratio: torch.Tensor, advantages: torch.Tensor, clip_coef) -> torch.Tensor:
+        penalty = advantages.abs() / (2 * clip_coef) * (ratio - 1) ** 2
         return -(advantages * ratio - penalty)

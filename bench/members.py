@@ -1,0 +1,87 @@
+"""The learner of members (puffer.training.members) against the same agents' solo steps: one PPO
+minibatch step (forward, loss, backward, per-member clip, Adam) for N members at once, beside N
+steps of the solo trainer (PPO._minibatch_step, fused Adam), in the same process, one thread.
+
+    python bench/members.py [--members 1 2 4 8 16 32 64] [--hidden 64] [--minibatch 128] [--seconds 1]
+
+Columns: ms per batched step, ms for the N solo steps, their ratio (how many times faster the
+batch learns), and the batched step's cost against one solo step (the price of N agents in
+units of one). CartPole's spaces, the Default policy. This measures the learner alone: the
+members' rollouts, GAE and envs are not in it (issue 43's study benchmark needs them). Check
+`uptime` first; a busy machine slows both columns, the ratio less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import print_table  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import torch  # noqa: E402
+
+import puffer.vector  # noqa: E402
+from puffer.config import TrainConfig  # noqa: E402
+from puffer.emulation import GymnasiumPufferEnv  # noqa: E402
+from puffer.policies.build import build_policy  # noqa: E402
+from puffer.training.members import MemberStep, Stack  # noqa: E402
+from puffer.training.minibatches import Minibatch  # noqa: E402
+from puffer.training.ppo import PPO, Coefficients  # noqa: E402
+
+OBS, ACTIONS = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+
+
+def minibatch(rows: int, leading: tuple = ()) -> Minibatch:
+    shape = (*leading, rows)
+    return Minibatch(obs=torch.rand(*shape, 4) * 2 - 1, actions=torch.randint(0, 2, shape),
+                     logprobs=-torch.rand(shape) - 0.4, values=torch.randn(shape),
+                     advantages=torch.randn(shape), returns=torch.randn(shape), where=None)
+
+
+def timed(step, seconds: float) -> float:
+    """Seconds per call of `step`, after warming up, over at least `seconds`."""
+    for _ in range(5):
+        step()
+    calls, started = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - started) < seconds:
+        step()
+        calls += 1
+    return elapsed / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--minibatch", type=int, default=128)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    spec = {"_target_": "puffer.policies.networks.Default", "hidden_size": args.hidden}
+    vecenv = puffer.vector.make(lambda: GymnasiumPufferEnv(env=gym.make("CartPole-v1")), num_envs=2)
+    config = TrainConfig(num_steps=8)
+    solo = PPO(config, vecenv, build_policy(spec, OBS, ACTIONS), device="cpu", progress=None)
+    solo_batch = minibatch(args.minibatch)
+    one_solo = timed(lambda: solo._minibatch_step(solo_batch), args.seconds)
+    rows = []
+    for n in args.members:
+        stack = Stack([build_policy(spec, OBS, ACTIONS) for _ in range(n)])
+        full = lambda value, n=n: torch.full((n,), float(value))  # noqa: E731
+        step = MemberStep(solo, stack, full(config.learning_rate), full(config.max_grad_norm), full(config.adam_eps))
+        coefficients = Coefficients(full(config.clip_coef), full(config.vf_clip_coef), full(config.ent_coef),
+                                    full(config.vf_coef))
+        batch = minibatch(args.minibatch, (n,))
+        batched = timed(lambda step=step, batch=batch, c=coefficients: step(batch, c), args.seconds)
+        rows.append([n, batched * 1e3, n * one_solo * 1e3, n * one_solo / batched, batched / one_solo])
+    vecenv.close()
+    print(f"PPO minibatch step, Default {args.hidden} wide, minibatch {args.minibatch}, one thread; "
+          f"one solo step {one_solo * 1e3:.3f} ms")
+    print_table(["members", "batched ms/step", "N solo steps ms", "solo/batched", "batched cost (solo steps)"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Members: N independent agents of one architecture that learn as one batch (issue 43's learner).
+
+On the small policies most RL research trains, a PPO minibatch step is almost all per-op overhead
+(~1.45 ms on these CPUs for a 64-wide MLP), paid once per op whatever the tensors' size. Stacking
+N agents' parameters on a leading member axis and running the step once for all of them pays it
+once: one forward, one backward and one optimizer step serve the N agents.
+
+Each member learns as its solo run would, with nothing shared but the kernels:
+- the policy's forward is mapped over the member axis (torch.func.vmap of functional_call: any
+  policy module), and the loss is PPO's own (`PPO.loss`), whose means and advantage
+  normalisation run over the sample axis: each member's own; no reduction crosses members but
+  the sum of their losses that one backward differentiates (member k's part of its gradient is
+  k's loss's alone);
+- the float settings that do not change shapes (`Coefficients`, the learning rate,
+  `max_grad_norm`, Adam's eps) are per member: members of one batch may differ in them;
+- gradient-norm clipping (`clip_per_member`) and Adam (`MemberAdam`) are per member, with the
+  formulas of torch.nn.utils.clip_grad_norm_ and torch.optim.Adam;
+- a member whose loss or gradient is not finite is stopped alone (`MemberStep.active`): its
+  parameters and Adam state keep their last finite values, and the others go on.
+
+What lives here: `Stack` (the stacked parameters, their forward, a member back as a module),
+`clip_per_member`, `MemberAdam` and `MemberStep` (one minibatch step of PPO for every member).
+What does not (yet): collecting the members' rollouts, their envs, checkpoints and the launcher.
+"""
+
+from __future__ import annotations
+
+import copy
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+from torch.utils._pytree import tree_map
+
+from puffer.training.minibatches import Minibatch
+from puffer.training.ppo import PPO, Coefficients
+from puffer.training.rollout import float32_params
+
+
+class Stack:
+    """N policies of one architecture as stacked tensors. The parameters' memory is one (N, P)
+    tensor, `flat` (so that clipping and Adam are a few ops on one tensor, not a few per
+    parameter); `params` maps each name of the policy's parameters to a (N, ...) leaf that aliases
+    its part of `flat` (autograd fills each leaf's gradient alone, and an update of `flat` is an
+    update of the leaves). `buffers` maps the buffers' names to (N, ...) tensors; `base` is the
+    architecture (on the meta device, holding no weights) that torch.func.functional_call runs
+    with one member's slice."""
+
+    def __init__(self, policies: list[nn.Module]):
+        kinds = {type(p) for p in policies}
+        if len(kinds) != 1:
+            raise ValueError(f"members must share one architecture, got {sorted(k.__name__ for k in kinds)}")
+        stacked, self.buffers = stack_module_state(policies)
+        self.flat = torch.cat([value.detach().flatten(1) for value in stacked.values()], dim=1)
+        self.params, start = {}, 0
+        for name, value in stacked.items():
+            count = value[0].numel()
+            self.params[name] = self.flat[:, start:start + count].view(value.shape).requires_grad_()
+            start += count
+        self.base = copy.deepcopy(policies[0]).to("meta")
+
+    @property
+    def size(self) -> int:
+        return self.flat.shape[0]
+
+    def flat_grad(self, loss: torch.Tensor) -> torch.Tensor:
+        """d loss / d flat, (N, P): the leaves' gradients side by side."""
+        grads = torch.autograd.grad(loss, list(self.params.values()))
+        return torch.cat([g.flatten(1) for g in grads], dim=1)
+
+    def forward(self, obs: torch.Tensor):
+        """The policy's outputs for each member's observations: obs (N, B, ...) -> outputs with
+        a leading member axis, member k's from its own weights."""
+        return vmap(self._call)(self.params, self.buffers, obs)
+
+    def _call(self, params, buffers, obs):
+        return functional_call(self.base, (params, buffers), (obs,))
+
+    def member(self, k: int, template: nn.Module) -> nn.Module:
+        """Member k as a module of its own (a copy of `template` with k's weights): for saving its
+        model file and evaluating it as a solo run's policy is."""
+        policy = copy.deepcopy(template)
+        policy.load_state_dict({name: value[k].detach().clone()
+                                for name, value in {**self.params, **self.buffers}.items()})
+        return policy
+
+
+def clip_per_member(grad: torch.Tensor, max_norm: torch.Tensor) -> torch.Tensor:
+    """Each member's gradient (a row of the (N, P) `grad`) scaled to a norm of at most its
+    `max_norm` (N,), in place, as torch.nn.utils.clip_grad_norm_ scales one agent's; returns the
+    norms before clipping (N,)."""
+    norms = torch.linalg.vector_norm(grad, dim=1)
+    grad.mul_((max_norm / (norms + 1e-6)).clamp(max=1.0)[:, None])
+    return norms
+
+
+class MemberAdam:
+    """Adam (torch.optim.Adam's update, without weight decay or amsgrad) over the stacked (N, P)
+    parameters, with each member's own learning rate, eps and step count (N,), and a mask of the
+    members that step: a stopped member's parameters and moments stay as they are."""
+
+    def __init__(self, flat: torch.Tensor, lr: torch.Tensor, eps: torch.Tensor, betas: tuple[float, float] = (0.9, 0.999)):
+        self.flat = flat
+        self.lr, self.eps, self.betas = lr, eps, betas
+        self.steps = torch.zeros_like(lr)
+        self.exp_avg = torch.zeros_like(flat)
+        self.exp_avg_sq = torch.zeros_like(flat)
+
+    @torch.no_grad()
+    def step(self, grad: torch.Tensor, active: torch.Tensor) -> None:
+        """One Adam step of the active members. A stopped member steps with a zero gradient, betas
+        of 1 and a learning rate of 0: its moments and parameters stay exactly as they are, in
+        the same few passes over `flat` as everyone's update (no copies, no host sync)."""
+        on = active[:, None]
+        beta1 = torch.where(on, self.betas[0], 1.0)
+        beta2 = torch.where(on, self.betas[1], 1.0)
+        self.steps += active.to(self.steps.dtype)
+        grad = torch.where(on, grad, 0.0)  # a stopped member's non-finite gradient reaches nothing
+        self.exp_avg.lerp_(grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).add_(grad * grad * (1 - beta2))
+        steps = self.steps.clamp(min=1)  # (a member stopped at its first step: no division by 0)
+        step_size = torch.where(active, self.lr / (1 - self.betas[0] ** steps), 0.0)[:, None]
+        correction2 = (1 - self.betas[1] ** steps).sqrt()[:, None]
+        denom = self.exp_avg_sq.sqrt().div_(correction2).add_(self.eps[:, None])
+        self.flat.sub_(step_size * self.exp_avg / denom)
+
+    def state_dict(self) -> dict:
+        return {"lr": self.lr, "eps": self.eps, "steps": self.steps, "exp_avg": self.exp_avg,
+                "exp_avg_sq": self.exp_avg_sq}
+
+
+def per_sample(k: Coefficients) -> Coefficients:
+    """Members' (N,) settings shaped for PPO.loss on (N, B) samples: the clip ranges bound each
+    sample, (N, 1); the loss weights scale each member's means, (N,)."""
+    return Coefficients(k.clip_coef[:, None], k.vf_clip_coef[:, None], k.ent_coef, k.vf_coef)
+
+
+class MemberStep:
+    """One minibatch step of `algorithm`'s loss (PPO's, or a subclass's such as SPO) for every
+    member of `stack` at once: the policy's forward mapped over the members (vmap), the loss on
+    (N, B) samples with (N, 1) settings, one backward, per-member clipping and Adam. Members whose
+    loss or gradient norm is not finite leave `active` and never step again."""
+
+    def __init__(self, algorithm: PPO, stack: Stack, learning_rate: torch.Tensor, max_grad_norm: torch.Tensor,
+                 adam_eps: torch.Tensor):
+        self.algorithm, self.stack = algorithm, stack
+        self.optimizer = MemberAdam(stack.flat, learning_rate, adam_eps)
+        self.max_grad_norm = max_grad_norm
+        self.active = torch.ones(stack.size, dtype=torch.bool, device=learning_rate.device)
+
+    def __call__(self, mb: Minibatch, coefficients: Coefficients) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step on `mb`, whose tensors have a leading member axis (N, B, ...), with per-member
+        `coefficients` (each (N,)); returns each member's STATS (N, 7: PPO's order, grad_norm
+        the norm before clipping) and new ratios (N, B)."""
+        n, rows = mb.advantages.shape
+        outputs, new_values = self.stack.forward(mb.obs)
+        # log-probabilities row by row: the (N, B) samples as N * B rows and back
+        flat_outputs = tree_map(lambda x: x.reshape(n * rows, *x.shape[2:]), float32_params(outputs))
+        logprobs, entropy = self.algorithm.dist.log_prob_entropy(flat_outputs, mb.actions.reshape(n * rows, *mb.actions.shape[2:]))
+        losses, stats, ratio = self.algorithm.loss(logprobs.view(n, rows), entropy.view(n, rows), new_values.float(),
+                                                   mb, per_sample(coefficients))
+        # The sum's gradient for member k's row of `flat` is k's own loss's: no term of the sum
+        # reads another member's parameters (one backward for all, not a mean over members).
+        grad = self.stack.flat_grad(losses.sum())
+        norms = clip_per_member(grad, self.max_grad_norm)
+        self.active &= torch.isfinite(stats).all(1) & torch.isfinite(norms)
+        self.optimizer.step(grad, self.active)
+        stats = torch.cat([stats[:, :5], norms[:, None].to(stats.dtype), stats[:, 5:]], dim=1)
+        return stats.float(), ratio.detach()

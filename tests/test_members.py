@@ -1,0 +1,119 @@
+"""Members learn as one batch and each as its solo run would (puffer.training.members): member
+k's outputs and PPO steps equal a solo PPO's with k's weights and settings, and a member that
+diverges changes nothing for the others."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+
+import puffer.vector
+from puffer.config import TrainConfig
+from puffer.emulation import GymnasiumPufferEnv
+from puffer.policies.build import build_policy
+from puffer.training.members import MemberStep, Stack, clip_per_member
+from puffer.training.minibatches import Minibatch
+from puffer.training.ppo import PPO, Coefficients
+
+OBS, ACTIONS = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+POLICY = {"_target_": "puffer.policies.networks.Default", "hidden_size": 32}
+# Members differ in their seeds and in every float setting a batch lets them differ in.
+SETTINGS = [dict(learning_rate=3e-3, clip_coef=0.2, vf_clip_coef=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5),
+            dict(learning_rate=1e-3, clip_coef=0.1, vf_clip_coef=1.0, ent_coef=0.01, vf_coef=1.0, max_grad_norm=0.05),
+            dict(learning_rate=5e-4, clip_coef=0.3, vf_clip_coef=0.5, ent_coef=0.05, vf_coef=0.25, max_grad_norm=10.0)]
+
+
+def policy_of(seed: int):
+    torch.manual_seed(seed)  # member k starts from the weights a solo run with seed k builds
+    return build_policy(POLICY, OBS, ACTIONS)
+
+
+def solo_trainer(policy, settings: dict) -> PPO:
+    vecenv = puffer.vector.make(lambda: GymnasiumPufferEnv(env=gym.make("CartPole-v1")), num_envs=2)
+    return PPO(TrainConfig(num_steps=8, clip_vloss=True, **settings), vecenv, policy, device="cpu", progress=None)
+
+
+def minibatch(seed: int, size: int = 64) -> Minibatch:
+    g = torch.Generator().manual_seed(100 + seed)
+    return Minibatch(obs=torch.rand(size, 4, generator=g) * 2 - 1, actions=torch.randint(0, 2, (size,), generator=g),
+                     logprobs=-torch.rand(size, generator=g) - 0.4, values=torch.randn(size, generator=g),
+                     advantages=torch.randn(size, generator=g), returns=torch.randn(size, generator=g), where=None)
+
+
+def stacked(batches: list[Minibatch]) -> Minibatch:
+    fields = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+    return Minibatch(**{f: torch.stack([getattr(b, f) for b in batches]) for f in fields}, where=None)
+
+
+def members(seeds: list[int], settings: list[dict], algorithm: PPO) -> tuple[Stack, MemberStep, Coefficients]:
+    stack = Stack([policy_of(seed) for seed in seeds])
+    column = lambda key: torch.tensor([s[key] for s in settings])  # noqa: E731
+    step = MemberStep(algorithm, stack, column("learning_rate"), column("max_grad_norm"), torch.full((len(seeds),), 1e-5))
+    coefficients = Coefficients(*(column(k) for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef")))
+    return stack, step, coefficients
+
+
+def test_member_k_acts_with_the_weights_of_a_solo_run_with_seed_k():
+    stack = Stack([policy_of(seed) for seed in range(4)])
+    obs = torch.rand(4, 16, 4)
+    logits, values = stack.forward(obs)
+    for k in range(4):
+        solo_logits, solo_values = policy_of(k)(obs[k])
+        torch.testing.assert_close(logits[k], solo_logits, rtol=0, atol=1e-6)
+        torch.testing.assert_close(values[k], solo_values, rtol=0, atol=1e-6)
+        again = stack.member(k, policy_of(0))
+        assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), policy_of(k).state_dict().values(),
+                                                     strict=True))
+
+
+def test_members_step_as_their_solo_runs_with_their_own_settings():
+    """Three PPO steps of three members with their own seeds, data and float settings equal the
+    real solo trainer's steps (PPO._minibatch_step: fused Adam, clip_grad_norm_) to float tolerance."""
+    solos = [solo_trainer(policy_of(k), SETTINGS[k]) for k in range(3)]
+    stack, step, coefficients = members([0, 1, 2], SETTINGS, solos[0])
+    for update in range(3):
+        batches = [minibatch(10 * update + k) for k in range(3)]
+        stats, ratios = step(stacked(batches), coefficients)
+        for k, solo in enumerate(solos):
+            solo_stats, solo_ratio = solo._minibatch_step(batches[k])
+            torch.testing.assert_close(stats[k], solo_stats, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(ratios[k], solo_ratio, rtol=1e-5, atol=1e-6)
+    for k, solo in enumerate(solos):
+        for name, value in solo.policy.named_parameters():
+            torch.testing.assert_close(stack.params[name][k], value.detach(), rtol=1e-4, atol=1e-6, msg=name)
+    assert step.active.all()
+    # each member's own clip: member 1's norm was above its 0.05, member 2's below its 10
+    assert stats[1, 5] > 0.05 and stats[2, 5] < 10
+
+
+@pytest.mark.parametrize("how", ["a non-finite observation", "learning_rate=1e6"])
+def test_a_member_that_diverges_is_stopped_alone_and_the_others_never_notice(how):
+    algorithm = solo_trainer(policy_of(0), SETTINGS[0])
+    settings = [dict(SETTINGS[0]) for _ in range(3)]
+    if how == "learning_rate=1e6":
+        settings[1]["learning_rate"] = 1e6
+    with_it = members([0, 1, 2], settings, algorithm)
+    without = members([0, 2], [settings[0], settings[2]], algorithm)
+    for update in range(20):
+        batches = [minibatch(10 * update + k) for k in range(3)]
+        if how == "a non-finite observation" and update == 2:
+            batches[1].obs[0, 0] = float("nan")
+        stats, _ = with_it[1](stacked(batches), with_it[2])
+        alone, _ = without[1](stacked([batches[0], batches[2]]), without[2])
+        torch.testing.assert_close(stats[[0, 2]], alone, rtol=0, atol=0)  # the same to the bit
+        assert torch.isfinite(stats[[0, 2]]).all()
+    assert torch.equal(with_it[0].flat[[0, 2]], without[0].flat)
+    assert torch.isfinite(with_it[0].flat[[0, 2]]).all()
+    if how == "a non-finite observation":  # stopped, with its last finite weights
+        assert with_it[1].active.tolist() == [True, False, True]
+        assert torch.isfinite(with_it[0].flat[1]).all()
+    else:  # its weights blew up (tanh keeps its loss finite): its business alone
+        assert with_it[0].flat[1].abs().max() > 1e4
+
+
+def test_clipping_is_per_member():
+    grad = torch.tensor([[3.0, 0.0, 4.0], [0.3, 0.4, 0.0]])
+    norms = clip_per_member(grad, torch.tensor([1.0, 1.0]))
+    torch.testing.assert_close(norms, torch.tensor([5.0, 0.5]))
+    torch.testing.assert_close(grad, torch.tensor([[0.6, 0.0, 0.8], [0.3, 0.4, 0.0]]), atol=1e-6, rtol=0)

@@ -18,19 +18,19 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import torch
+
+import puffer.vector
+from puffer.config import TrainConfig
+from puffer.emulation import GymnasiumPufferEnv
+from puffer.policies.build import build_policy
+from puffer.training.members import MemberStep, Stack
+from puffer.training.minibatches import Minibatch
+from puffer.training.ppo import PPO, Coefficients
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import torch  # noqa: E402
-
-import puffer.vector  # noqa: E402
-from puffer.config import TrainConfig  # noqa: E402
-from puffer.emulation import GymnasiumPufferEnv  # noqa: E402
-from puffer.policies.build import build_policy  # noqa: E402
-from puffer.training.members import MemberStep, Stack  # noqa: E402
-from puffer.training.minibatches import Minibatch  # noqa: E402
-from puffer.training.ppo import PPO, Coefficients  # noqa: E402
 
 OBS, ACTIONS = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
 

@@ -26,10 +26,10 @@ What does not (yet): collecting the members' rollouts, their envs, checkpoints a
 from __future__ import annotations
 
 import copy
+
 import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
-from torch.utils._pytree import tree_map
 
 from puffer.training.minibatches import Minibatch
 from puffer.training.ppo import PPO, Coefficients
@@ -154,8 +154,10 @@ class MemberStep:
         n, rows = mb.advantages.shape
         outputs, new_values = self.stack.forward(mb.obs)
         # log-probabilities row by row: the (N, B) samples as N * B rows and back
-        flat_outputs = tree_map(lambda x: x.reshape(n * rows, *x.shape[2:]), float32_params(outputs))
-        logprobs, entropy = self.algorithm.dist.log_prob_entropy(flat_outputs, mb.actions.reshape(n * rows, *mb.actions.shape[2:]))
+        outputs = float32_params(outputs)
+        flat_outputs = (outputs.flatten(0, 1) if isinstance(outputs, torch.Tensor)
+                        else tuple(x.flatten(0, 1) for x in outputs))
+        logprobs, entropy = self.algorithm.dist.log_prob_entropy(flat_outputs, mb.actions.flatten(0, 1))
         losses, stats, ratio = self.algorithm.loss(logprobs.view(n, rows), entropy.view(n, rows), new_values.float(),
                                                    mb, per_sample(coefficients))
         # The sum's gradient for member k's row of `flat` is k's own loss's: no term of the sum

@@ -24,20 +24,26 @@ SETTINGS = [dict(learning_rate=3e-3, clip_coef=0.2, vf_clip_coef=0.2, ent_coef=0
             dict(learning_rate=5e-4, clip_coef=0.3, vf_clip_coef=0.5, ent_coef=0.05, vf_coef=0.25, max_grad_norm=10.0)]
 
 
-def policy_of(seed: int):
+# Pendulum: 3 observations, a Gaussian head over one continuous action.
+CONTINUOUS = ("Pendulum-v1", gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2, 2, (1,)))
+
+
+def policy_of(seed: int, obs=OBS, actions=ACTIONS):
     torch.manual_seed(seed)  # member k starts from the weights a solo run with seed k builds
-    return build_policy(POLICY, OBS, ACTIONS)
+    return build_policy(POLICY, obs, actions)
 
 
-def solo_trainer(policy, settings: dict) -> PPO:
-    vecenv = puffer.vector.make(lambda: GymnasiumPufferEnv(env=gym.make("CartPole-v1")), num_envs=2)
+def solo_trainer(policy, settings: dict, env_id: str = "CartPole-v1") -> PPO:
+    vecenv = puffer.vector.make(lambda: GymnasiumPufferEnv(env=gym.make(env_id)), num_envs=2)
     return PPO(TrainConfig(num_steps=8, clip_vloss=True, **settings), vecenv, policy, device="cpu", progress=None)
 
 
-def minibatch(seed: int, size: int = 64) -> Minibatch:
+def minibatch(seed: int, size: int = 64, obs=OBS, actions=ACTIONS) -> Minibatch:
     g = torch.Generator().manual_seed(100 + seed)
-    return Minibatch(obs=torch.rand(size, 4, generator=g) * 2 - 1, actions=torch.randint(0, 2, (size,), generator=g),
-                     logprobs=-torch.rand(size, generator=g) - 0.4, values=torch.randn(size, generator=g),
+    chosen = (torch.randint(0, 2, (size,), generator=g) if isinstance(actions, gym.spaces.Discrete)
+              else torch.randn(size, *actions.shape, generator=g))
+    return Minibatch(obs=torch.rand(size, *obs.shape, generator=g) * 2 - 1, actions=chosen,
+                     logprobs=-torch.rand(size, generator=g) - 0.9, values=torch.randn(size, generator=g),
                      advantages=torch.randn(size, generator=g), returns=torch.randn(size, generator=g), where=None)
 
 
@@ -46,8 +52,9 @@ def stacked(batches: list[Minibatch]) -> Minibatch:
     return Minibatch(**{f: torch.stack([getattr(b, f) for b in batches]) for f in fields}, where=None)
 
 
-def members(seeds: list[int], settings: list[dict], algorithm: PPO) -> tuple[Stack, MemberStep, Coefficients]:
-    stack = Stack([policy_of(seed) for seed in seeds])
+def members(seeds: list[int], settings: list[dict], algorithm: PPO, obs=OBS,
+            actions=ACTIONS) -> tuple[Stack, MemberStep, Coefficients]:
+    stack = Stack([policy_of(seed, obs, actions) for seed in seeds])
     column = lambda key: torch.tensor([s[key] for s in settings])  # noqa: E731
     step = MemberStep(algorithm, stack, column("learning_rate"), column("max_grad_norm"), torch.full((len(seeds),), 1e-5))
     coefficients = Coefficients(*(column(k) for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef")))
@@ -67,13 +74,16 @@ def test_member_k_acts_with_the_weights_of_a_solo_run_with_seed_k():
                                                      strict=True))
 
 
-def test_members_step_as_their_solo_runs_with_their_own_settings():
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_members_step_as_their_solo_runs_with_their_own_settings(env):
     """Three PPO steps of three members with their own seeds, data and float settings equal the
-    real solo trainer's steps (PPO._minibatch_step: fused Adam, clip_grad_norm_) to float tolerance."""
-    solos = [solo_trainer(policy_of(k), SETTINGS[k]) for k in range(3)]
-    stack, step, coefficients = members([0, 1, 2], SETTINGS, solos[0])
+    real solo trainer's steps (PPO._minibatch_step: fused Adam, clip_grad_norm_) to float tolerance:
+    discrete actions (CartPole) and a Gaussian head (Pendulum)."""
+    obs, actions = (OBS, ACTIONS) if env == "CartPole-v1" else CONTINUOUS[1:]
+    solos = [solo_trainer(policy_of(k, obs, actions), SETTINGS[k], env) for k in range(3)]
+    stack, step, coefficients = members([0, 1, 2], SETTINGS, solos[0], obs, actions)
     for update in range(3):
-        batches = [minibatch(10 * update + k) for k in range(3)]
+        batches = [minibatch(10 * update + k, obs=obs, actions=actions) for k in range(3)]
         stats, ratios = step(stacked(batches), coefficients)
         for k, solo in enumerate(solos):
             solo_stats, solo_ratio = solo._minibatch_step(batches[k])

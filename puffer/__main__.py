@@ -110,8 +110,10 @@ def command(args: list[str]) -> None:
     from puffer.cli import extras, overrides
     from puffer.envs.catalog import check_env_choices
 
-    problem = (check_env_choices(args) or unwritable_output_dir(args) or extras.missing(args)
-               or single_run_of_a_grid(args))
+    args, problem = overrides.habits(args)  # `puffer train env=...`: the first word is the mode
+    sys.argv[1:] = args
+    problem = problem or (check_env_choices(args) or unwritable_output_dir(args) or extras.missing(args)
+                          or single_run_of_a_grid(args))
     if problem is None and os.environ.get("HYDRA_FULL_ERROR") != "1":
         problem = overrides.check(args)
     if problem is not None:

@@ -63,6 +63,13 @@ def test_a_typo_exits_2_with_one_line_and_writes_no_run_directory(cli, tmp_path)
                                        "pip install 'puffer[atari]'"),
     (["logger=tensorboard"], "tensorboard", "pip install 'puffer[tensorboard]'"),
     (["-m", "+sweep=ppo_optuna"], "hydra_plugins.hydra_optuna_sweeper", "pip install 'puffer[sweeps]'"),
+    # puffer's own launcher configs, through the Hydra plugin each builds on (was Hydra's 9 lines)
+    (["-m", "seed=0,1", "hydra/launcher=local_parallel"], "hydra_plugins.hydra_joblib_launcher",
+     "hydra/launcher=local_parallel needs the sweeps extra"),
+    (["-m", "seed=0,1", "hydra/launcher=slurm"], "hydra_plugins.hydra_submitit_launcher",
+     "hydra/launcher=slurm needs the sweeps extra"),
+    (["-m", "seed=0,1", "hydra/launcher=ray_cluster"], "hydra_plugins.hydra_ray_launcher",
+     "hydra/launcher=ray_cluster needs the sweeps extra"),
 ])
 def test_a_missing_extra_is_named_before_anything_starts(tmp_path, args, blocked, says):
     """The extra's module made unimportable in a fresh interpreter (as if never installed)."""
@@ -173,3 +180,36 @@ def test_an_uneven_minibatch_split_is_said_with_the_key(make_cfg, caplog):
     validate(make_cfg("train.num_minibatches=3"))  # 8 envs x 64 steps = 512
     assert "train.num_minibatches=3 does not divide the batch of train.num_steps * vec.num_envs = 512 steps: " \
            "its minibatches hold 171 and 170 steps" in caplog.text
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["puffer_breakout", "seed=1"], "puffer_breakout: puffer takes key=value overrides; an env is env=<name>"),
+    (["--env-id", "CartPole-v1"], "--env-id: puffer's settings are key=value overrides, not flags: "
+                                  "env=classic/gym env.id=CartPole-v1"),
+    (["--train.learning-rate", "3e-4"], "not flags: train.learning_rate=3e-4"),
+    (["--total-timesteps=1000"], "not flags: total_timesteps=1000"),
+])
+def test_other_libraries_habits_get_a_pointer(args, says):
+    _, problem = overrides.habits(args)
+    assert problem is not None and problem.startswith(f"{args[0]}: ") and says in problem and "\n" not in problem
+
+
+def test_the_first_word_may_name_the_mode_and_hydras_flags_pass():
+    assert overrides.habits(["eval", "checkpoint=latest"]) == (["mode=eval", "checkpoint=latest"], None)
+    assert overrides.habits(["seed=1", "train", "x"]) == (["seed=1", "mode=train", "x"],
+                                                          overrides.habits(["x"])[1])  # then x: no mode
+    assert overrides.habits(["--cfg", "job", "-m", "seed=0,1", "--info", "envs"])[1] is None
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["train.total_timesteps=1e6"], "an integer is written without an exponent: train.total_timesteps=1000000"),
+    (["policy=lstm"], "an LSTM on top of a policy is policy.rnn=lstm"),
+])
+def test_a_float_budget_and_policy_lstm_say_the_form_that_works(args, says):
+    message = overrides.check(args)
+    assert message is not None and says in message
+
+
+def test_puffer_train_with_the_mode_first_trains(cli, tmp_path):
+    result = cli("train", "train.total_timesteps=512", "eval.episodes=0")
+    assert (tmp_path / "run" / "model.safetensors").exists(), result.stderr

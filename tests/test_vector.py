@@ -560,13 +560,15 @@ def _forked_after_threads(timeout, method=None, **kwargs):
 
 
 def test_workers_forked_from_a_process_with_live_threads_raise_within_the_step_timeout():
-    """Before, the start and the env build were not under vec.step_timeout: this hung forever."""
+    """Before, the start and the env build were not under vec.step_timeout: this hung forever. The
+    bound is the timeout's order, not its second: on a machine busy on every core, noticing and
+    closing the stuck workers took more than the 10 s this once asked (issue 46)."""
     proc = _forked_after_threads(timeout=3)
-    output, _ = proc.communicate(timeout=60)
+    output, _ = proc.communicate(timeout=120)
     assert "raised after" in output and "has been starting (building its envs)" in output, output
     assert "vec.start_method=forkserver or spawn" in output
     seconds = int(output.split("raised after ")[1].split(" s")[0])
-    assert seconds <= 10
+    assert 3 <= seconds <= 30, output
 
 
 def test_a_fresh_interpreter_start_method_does_not_hang_on_them():

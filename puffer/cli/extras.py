@@ -39,7 +39,21 @@ def needs(arg: str) -> list[tuple[str, str, str]]:
         extras = [OPTUNA] if any("optuna" in _read(path) for path in files) else []
     elif arg in CHOICES:
         extras = CHOICES[arg]
+    elif key == "hydra/launcher":  # puffer's own launcher configs (local_parallel, slurm, ...)
+        extras = CHOICES.get(f"hydra/launcher={launcher_base(value)}", [])
     return [(f"the {extra} extra", module, f"pip install 'puffer[{extra}]'") for extra, module in extras]
+
+
+def launcher_base(name: str) -> str | None:
+    """The Hydra plugin launcher that puffer's conf/hydra/launcher/<name>.yaml builds on (the
+    first entry of its defaults list: local_parallel -> joblib, slurm -> submitit_slurm)."""
+    import yaml
+
+    from puffer.config import CONF_DIR
+
+    path = CONF_DIR / "hydra" / "launcher" / f"{name}.yaml"
+    defaults = (yaml.safe_load(_read(str(path))) or {}).get("defaults") or []
+    return next((entry for entry in defaults if isinstance(entry, str) and entry != "_self_"), None)
 
 
 def _read(path: str) -> str:

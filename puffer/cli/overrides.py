@@ -87,6 +87,40 @@ def problem(cfg: DictConfig, arg: str) -> str | None:
     return f"{arg}: {what}; {hint}`python -m puffer --cfg job` prints every key"
 
 
+# Hydra's own command-line flags (python -m puffer --help lists them), and those that take a value.
+FLAGS_WITH_VALUES = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--info", "-i", "--experimental-rerun", "--shell-completion", "-sc"}
+HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p", "--run",
+               "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp", "--config-name", "-cn",
+               "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+
+
+def habits(args: list[str]) -> tuple[list[str], str | None]:
+    """Other libraries' command-line habits (PufferLib's `puffer train <env>`, argparse flags):
+    (the arguments, the first bare word read as mode=<it> where it names a mode; the one-line
+    pointer for the first habit puffer cannot read, or None)."""
+    from puffer.config.schema import MODES
+
+    words = [i for i, arg in enumerate(args) if "=" not in arg and not arg.startswith("-")
+             and not (i and args[i - 1] in FLAGS_WITH_VALUES)]
+    if words and args[words[0]] in MODES:
+        args = [*args[:words[0]], f"mode={args[words[0]]}", *args[words[0] + 1:]]
+    for i, arg in enumerate(args):
+        previous = args[i - 1] if i else ""
+        if arg.startswith("--") and arg.split("=", 1)[0] not in HYDRA_FLAGS:
+            flag, _, value = arg[2:].partition("=")
+            value = value or (args[i + 1] if i + 1 < len(args) and "=" not in args[i + 1]
+                              and not args[i + 1].startswith("-") else "<value>")
+            key = flag.replace("-", "_")
+            spelled = {"env_id": f"env=classic/gym env.id={value}", "env": f"env={value}"}.get(key, f"{key}={value}")
+            return args, (f"{arg}: puffer's settings are key=value overrides, not flags: {spelled} "
+                          "(python -m puffer --cfg job prints every key)")
+        if "=" not in arg and not arg.startswith("-") and previous not in FLAGS_WITH_VALUES:
+            return args, (f"{arg}: puffer takes key=value overrides; an env is env=<name> (python -m puffer "
+                          f"--info envs lists them), a mode the first word or mode=<name> ({', '.join(MODES)})")
+    return args, None
+
+
 def composition_error(exc: Exception) -> str | None:
     """Hydra's multi-line composition errors as one line: an unknown group option with the
     options there are, a value of the wrong type with the type expected."""
@@ -100,13 +134,25 @@ def composition_error(exc: Exception) -> str | None:
                    if line.startswith("\t") and "provider=" not in line] if "Available options" in text else []
         near = difflib.get_close_matches(option, options, n=1, cutoff=0.5)
         hint = f"did you mean {group}={near[0]}? " if near else ""
+        if (group, option) == ("policy", "lstm"):  # an LSTM wraps any policy
+            hint = "an LSTM on top of a policy is policy.rnn=lstm; "
         return (f"{group}={option}: no such option; {hint}{group} takes {', '.join(options)}" if options
                 else f"{missing}: no such config")
     if isinstance(exc, ConfigCompositionException) and exc.__cause__ is not None:
         override = text.removeprefix("Error merging override ").strip()
         reason = str(exc.__cause__).splitlines()[0]
+        key, _, value = override.partition("=")
+        if "converted to Integer" in reason and _integral(value):  # 1e6: YAML reads a float
+            reason += f"; an integer is written without an exponent: {key}={int(float(value))}"
         return f"{override}: {reason}" if override != text else None
     return None
+
+
+def _integral(value: str) -> bool:
+    try:
+        return float(value).is_integer()
+    except ValueError:
+        return False
 
 
 def check(args: list[str]) -> str | None:

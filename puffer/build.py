@@ -124,13 +124,13 @@ def describe_policy(policy: torch.nn.Module) -> str:
     return f"{' > '.join(layers)}{reading}, {count:,} parameters"
 
 
-def make_logger(cfg: DictConfig, run_dir: Path, job: dict) -> Logger:
+def make_logger(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> Logger:
     loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
     config = OmegaConf.to_container(cfg, resolve=True)
     if "wandb" in cfg.logger.backends:
         from puffer.loggers.wandb import WandbLogger
 
-        loggers.append(WandbLogger(cfg.logger, run_dir, config, **job))
+        loggers.append(WandbLogger(cfg.logger, run_dir, config, **run_identity(cfg, overrides)))
     if "tensorboard" in cfg.logger.backends:
         from puffer.loggers.tensorboard import TensorBoardLogger
 
@@ -138,14 +138,24 @@ def make_logger(cfg: DictConfig, run_dir: Path, job: dict) -> Logger:
     return MultiLogger(loggers)
 
 
-def hydra_job_info() -> dict:
-    """Name, tags and group of this job for the logger: the overrides, and the sweep it is in."""
-    from hydra.core.hydra_config import HydraConfig
+# Overrides that say where or how a run logs and runs, not what it is: never in a W&B name,
+# group or tag. The seed names a run but never groups one.
+NOT_A_SETTING = ("hydra.", "logger.", "logger=", "mode=", "mode.", "checkpoint=", "resume=", "device=",
+                 "runtime.log_interval", "trust_code=")
+ENV_KEYS = ("env=", "env.id=", "env.game=", "env.module=")
 
-    if not HydraConfig.initialized():
-        return {"name": None, "tags": [], "group": None}
-    hc = HydraConfig.get()
-    overrides = [o for o in hc.overrides.task if not o.startswith(("hydra.", "logger.", "logger="))]
-    multirun = str(hc.mode) == "RunMode.MULTIRUN"
-    group = Path(hc.sweep.dir).as_posix().replace("/", "_") if multirun else None
-    return {"name": ",".join(overrides) or None, "tags": overrides, "group": group}
+
+def run_identity(cfg: DictConfig, overrides: list[str] | None) -> dict:
+    """How W&B shows this run, as researchers group runs: `group` is the env, the algorithm and
+    the settings the command line changed, the seed left out (so W&B's grouped charts show the
+    mean and spread over seeds); `name` is the group and the seed; `tags` the changed settings,
+    never a seed; `job_type` the mode (train, eval, export, profile, benchmark). logger.group,
+    logger.name and logger.tags set them instead (the tags are added)."""
+    from puffer.monitor.progress import env_name
+
+    settings = [o.lstrip("+") for o in overrides or []
+                if not o.lstrip("+~").startswith((*NOT_A_SETTING, *ENV_KEYS, "seed="))]
+    algorithm = str(cfg.train.get("_target_", "")).rsplit(".", 1)[-1]
+    group = " ".join([env_name(cfg), algorithm, *settings])
+    return {"group": cfg.logger.group or group, "name": cfg.logger.name or f"{group} seed={cfg.seed}",
+            "tags": [*cfg.logger.tags, *settings], "job_type": cfg.mode.name}

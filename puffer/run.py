@@ -24,7 +24,6 @@ from puffer.agent import Agent, evaluation_config, load, load_for_evaluation, mo
 from puffer.build import (
     algorithm_class,
     check,
-    hydra_job_info,
     make_env_creator,
     make_logger,
     make_policy,
@@ -165,7 +164,7 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
         policy = make_policy(cfg, vecenv)
         distributed.broadcast_parameters(policy)  # every rank starts from rank 0's weights
         # rank 0 alone logs and draws progress (and writes checkpoints and evaluates)
-        logger = make_logger(cfg, run_dir, hydra_job_info()) if ctx.is_main else Logger()
+        logger = make_logger(cfg, run_dir, overrides) if ctx.is_main else Logger()
         progress = (ProgressReporter(env_name(cfg), interval=cfg.runtime.log_interval)
                     if ctx.is_main else None)
         algorithm = algorithm_class(train_cfg._target_)
@@ -348,7 +347,7 @@ def run_eval(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None)
     device = resolve_device(cfg.device)
     agent = load_for_evaluation(cfg, path, device, overrides)
     cfg = evaluation_config(cfg, agent, overrides)
-    logger = make_logger(cfg, run_dir, hydra_job_info())
+    logger = make_logger(cfg, run_dir, overrides)
     try:
         metrics = final_evaluation(cfg.eval, cfg.seed, agent.policy, make_env_creator(cfg, evaluation=True),
                                    device, run_dir, logger, game="module" in cfg.env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,8 @@ def test_a_real_multirun_grid_then_the_report(tmp_path):
     args = [sys.executable, "-m", "puffer", "-m", "env=classic/cartpole,ocean/cartpole", "seed=0,1",
             "train.total_timesteps=2048", "eval.episodes=3", "logger=wandb",
             f"hydra.sweep.dir={sweep}"]
-    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    loud = {key: value for key, value in os.environ.items() if key != "WANDB_SILENT"}  # as a user's shell
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=loud)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
     last = (result.stdout + result.stderr).strip().splitlines()[-1]  # the multirun's own last line
@@ -45,11 +47,19 @@ def test_a_real_multirun_grid_then_the_report(tmp_path):
 
         assert matplotlib.image.imread(image).shape[2] in (3, 4)
 
-    # W&B: every job of the sweep shares a group and carries its overrides as tags and name
-    runs = [next(r.run for r in finished_run_records(sweep / str(i)) if r.HasField("run")) for i in range(4)]
-    assert len({r.run_group for r in runs}) == 1 and runs[0].run_group
-    assert "seed=1" in runs[1].tags and "env=classic/cartpole" in runs[1].tags
-    assert runs[3].display_name == "env=ocean/cartpole,seed=1,train.total_timesteps=2048,eval.episodes=3"
+    # W&B as researchers group: one group per env and setting (the seeds collapse), a readable
+    # name with the seed, tags for what the command changed but never a seed, no artifacts, a few
+    # lines of W&B's own
+    records = [finished_run_records(sweep / str(i)) for i in range(4)]
+    runs = [next(r.run for r in job if r.HasField("run")) for job in records]
+    shared = "PPO train.total_timesteps=2048 eval.episodes=3"
+    assert [r.run_group for r in runs] == [f"CartPole-v1 {shared}"] * 2 + [f"ocean/cartpole {shared}"] * 2
+    assert runs[3].display_name == f"ocean/cartpole {shared} seed=1"
+    assert all(list(r.tags) == ["train.total_timesteps=2048", "eval.episodes=3"] for r in runs)
+    assert {r.job_type for r in runs} == {"train"}
+    assert not [r for job in records for r in job if r.HasField("artifact") and r.artifact.type == "model"]
+    wandb_lines = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("wandb:")]
+    assert len(wandb_lines) <= 5 * 4, wandb_lines
 
 
 def compose_with_sweeps(*overrides):

@@ -72,6 +72,28 @@ def test_wandb_offline_run_records_config_step_metric_and_metrics(tmp_path, make
     assert read_metrics(tmp_path / "metrics.jsonl")[-1]["global_step"] == 1024
 
 
+def test_wandb_names_and_groups_a_single_run_and_its_evaluation(tmp_path, make_cfg):
+    """A single run gets a name, a group that collapses seeds and no seed tag; the final model is
+    uploaded only when asked; mode=eval logs as job_type eval."""
+    overrides = ["logger=wandb", "logger.mode=offline", "train.total_timesteps=512", "train.num_steps=32",
+                 "eval.episodes=2", "seed=4", "train.gamma=0.9"]
+    run(make_cfg(*overrides, "logger.log_checkpoints=final"), tmp_path / "train", overrides=overrides)
+    records = finished_run_records(tmp_path / "train")
+    (info,) = [r.run for r in records if r.HasField("run")]
+    assert (info.run_group, info.display_name) == ("CartPole-v1 PPO train.total_timesteps=512 train.num_steps=32 "
+                                                   "eval.episodes=2 train.gamma=0.9",
+                                                   "CartPole-v1 PPO train.total_timesteps=512 train.num_steps=32 "
+                                                   "eval.episodes=2 train.gamma=0.9 seed=4")
+    assert info.job_type == "train" and not [t for t in info.tags if t.startswith("seed")]
+    artifacts = [r.artifact for r in records if r.HasField("artifact") and r.artifact.type == "model"]
+    assert len(artifacts) == 1  # the final model file; its epoch checkpoint only with log_checkpoints=all
+    evaluation = ["logger=wandb", "logger.mode=offline", "mode=eval", f"checkpoint={tmp_path / 'train'}",
+                  "eval.episodes=2"]
+    run(make_cfg(*evaluation), tmp_path / "eval", overrides=evaluation)
+    (info,) = [r.run for r in finished_run_records(tmp_path / "eval") if r.HasField("run")]
+    assert info.job_type == "eval"
+
+
 def readme_python_blocks():
     text = (ROOT / "README.md").read_text()
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)

@@ -305,15 +305,18 @@ class LoggerConfig:
     backends: list[str] = field(default_factory=list)
     project: str = "puffer"
     entity: str | None = None
+    # W&B's group, name and extra tags; null: puffer.build.run_identity's (env, algorithm, the
+    # settings the command line changed; the name adds the seed). job_type is the mode.
     group: str | None = None
-    job_type: str = "train"
     tags: list[str] = field(default_factory=list)
     name: str | None = None
     # offline | online | disabled; null: online when an API key is configured, else offline.
     mode: str | None = None
     # Seconds to wait for W&B to start online; then the run goes on, logged offline.
     init_timeout: float = 30.0
-    log_checkpoints: bool = True
+    # Artifacts uploaded to W&B: none, final (the final model.safetensors) or all (with every
+    # epoch checkpoint).
+    log_checkpoints: str = "none"
 
 
 @dataclass

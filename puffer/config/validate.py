@@ -71,6 +71,8 @@ def validate(cfg) -> None:
                  f"a list of {LOGGER_BACKENDS}")
     _require(cfg.logger.mode in WANDB_MODES, "logger.mode", cfg.logger.mode,
              "offline, online, disabled or null")
+    _require(cfg.logger.log_checkpoints in ("none", "final", "all"), "logger.log_checkpoints",
+             cfg.logger.log_checkpoints, "none, final (the final model file) or all (every checkpoint too)")
     _require(cfg.dist.backend in ("auto", "gloo", "nccl"), "dist.backend", cfg.dist.backend,
              "auto, gloo or nccl")
     _require(cfg.dist.timeout > 0, "dist.timeout", cfg.dist.timeout, "seconds > 0")

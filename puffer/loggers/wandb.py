@@ -16,6 +16,7 @@ from puffer.loggers.base import Logger
 log = logging.getLogger(__name__)
 
 NAMESPACES = ("train", "env", "perf", "eval")
+MODEL_FILE = "model.safetensors"  # puffer.files.model_file.NAME (loggers sit below files)
 
 
 def has_api_key() -> bool:
@@ -33,30 +34,39 @@ def pick_mode(mode: str | None) -> str:
 
 
 class WandbLogger(Logger):
-    def __init__(self, cfg, run_dir: Path, config: dict, name: str | None = None,
-                 tags: list[str] | None = None, group: str | None = None):
+    def __init__(self, cfg, run_dir: Path, config: dict, name: str, tags: list[str], group: str, job_type: str):
+        """`name`, `tags`, `group` and `job_type`: the run's identity (puffer.build.run_identity)."""
         import wandb
 
         self.failed = False
         os.environ.setdefault("WANDB_START_METHOD", "thread")  # avoids hangs under Hydra
         settings = dict(
-            project=cfg.project, entity=cfg.entity, group=cfg.group or group,
-            job_type=cfg.job_type, tags=list(cfg.tags) + list(tags or []), name=cfg.name or name,
-            config=config, dir=str(run_dir),
+            project=cfg.project, entity=cfg.entity, group=group, job_type=job_type,
+            tags=list(dict.fromkeys(tag[:64] for tag in tags)),  # (W&B refuses tags over 64 characters)
+            name=name, config=config, dir=str(run_dir),
             # Hydra's basic launcher runs multirun jobs in one process: never merge into the
             # previous job's run.
             reinit="finish_previous",
         )
         mode = pick_mode(cfg.mode)
         try:
-            self.run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=cfg.init_timeout),
+            # silent, and one line of ours below: W&B's own are a screenful per run, some of
+            # them after the multirun's last line
+            self.run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=cfg.init_timeout, silent=True),
                                   **settings)
         except Exception as exc:  # no network, a bad key, a server down: train on regardless
             if mode != "online":
                 raise
             log.warning("W&B could not start online (%s); continuing offline: the run is kept "
                         "under %s for `wandb sync`", str(exc).splitlines()[0], run_dir / "wandb")
-            self.run = wandb.init(mode="offline", **settings)
+            self.run = wandb.init(mode="offline", settings=wandb.Settings(silent=True), **settings)
+            mode = "offline"
+        kept = Path(self.run.dir).parent
+        if mode == "online":
+            log.info("W&B run %r (group %r): %s", name, group, self.run.url)
+        elif mode == "offline":
+            log.info("W&B run %r (group %r): offline, kept in %s (wandb sync %s uploads it)", name, group,
+                     kept, kept)
         self.log_checkpoints = cfg.log_checkpoints
         self.run.define_metric("global_step")
         for namespace in NAMESPACES:
@@ -80,7 +90,10 @@ class WandbLogger(Logger):
         self._guard("log", self.run.log, {**metrics, **against_time, "global_step": step})
 
     def log_checkpoint(self, path: Path) -> None:
-        if self.log_checkpoints:
+        """Uploaded as an artifact as logger.log_checkpoints says: none (the default), final (the
+        final model.safetensors), all (every epoch checkpoint too)."""
+        final = Path(path).name == MODEL_FILE
+        if self.log_checkpoints == "all" or (self.log_checkpoints == "final" and final):
             self._guard("checkpoint upload", self._log_artifact, path)
 
     def _log_artifact(self, path: Path) -> None:

@@ -477,7 +477,8 @@ def sweep_logging(sweep_dir: Path) -> dict:
         swept = os.path.relpath(sweep_dir) if not Path(sweep_dir).is_absolute() else str(sweep_dir)
     return {"project": logger.get("project") or "puffer", "entity": logger.get("entity"),
             "mode": logger.get("mode"),
-            # puffer.build.hydra_job_info's group for the jobs of this sweep
+            # the report's own run, grouped by the sweep's folder (its jobs are grouped by their
+            # settings: puffer.build.run_identity)
             "group": logger.get("group") or Path(swept).as_posix().replace("/", "_")}
 
 

@@ -94,6 +94,20 @@ def test_wandb_names_and_groups_a_single_run_and_its_evaluation(tmp_path, make_c
     assert info.job_type == "eval"
 
 
+def test_returns_are_in_the_envs_units_under_the_users_reward_wrappers(tmp_path, make_cfg):
+    """CartPole pays 1 a step; a reward wrapper halves what the learner sees. The logged and
+    evaluated returns are the env's (the episode's length), the learner's beside them, named."""
+    metrics = run(make_cfg("env=classic/gym", "env.id=CartPole-v1", "train.total_timesteps=1024", "train.num_steps=32",
+                           "eval.episodes=3", "env.wrappers=[{_target_: gymnasium.wrappers.ClipReward, "
+                           "min_reward: 0, max_reward: 0.5}]"), tmp_path)
+    epochs = [m for m in read_metrics(tmp_path / "metrics.jsonl") if "env/episode_return" in m]
+    assert epochs
+    for m in epochs:
+        assert m["env/episode_return"] == pytest.approx(m["env/episode_length"])
+        assert m["env/episode_return_wrapped"] == pytest.approx(0.5 * m["env/episode_length"])
+    assert metrics["eval/return_mean"] == pytest.approx(metrics["eval/length_mean"])
+
+
 def readme_python_blocks():
     text = (ROOT / "README.md").read_text()
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)

@@ -204,13 +204,34 @@ class GymnasiumPufferEnv(PufferEnv):
         if self._reports_episodes:
             return self.outputs([_episode_info(info["episode_return"], info["episode_length"], info)]
                                 if "episode_return" in info else ())
-        return self.outputs([_episode_info(self._return, self._length, info)])
+        raw = _wrapper_attr(self.env, "raw_return", None)
+        if raw is None:
+            return self.outputs([_episode_info(self._return, self._length, info)])
+        # the user's reward wrappers (NormalizeReward, ...) sit above RawReturn: the return in the
+        # env's own units, and the one the learner saw beside it
+        return self.outputs([{**_episode_info(raw, self._length, info), "episode_return_wrapped": float(self._return)}])
 
     def render(self):
         return self.env.render()
 
     def close(self) -> None:
         self.env.close()
+
+
+class RawReturn(gymnasium.Wrapper):
+    """Sums the env's own rewards since its last reset (`raw_return`), under the user's wrappers
+    (puffer.envs.make_gymnasium puts it there): the episode return is then reported in the env's
+    units, whatever reward scaling, clipping or normalising the wrappers above it do. Read at the
+    end of the episode the learner sees (a wrapper above may end it early: TimeLimit)."""
+
+    def reset(self, **kwargs):
+        self.raw_return = 0.0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.raw_return += float(reward)
+        return obs, reward, terminated, truncated, info
 
 
 def _wrapper_attr(env, name: str, default):

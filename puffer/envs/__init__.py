@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium
 
 from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv, TurnBasedPufferEnv
+from puffer.emulation.wrappers import RawReturn
 from puffer.emulation.spaces import SEQUENCE_LENGTH
 from puffer.errors import ConfigError
 
@@ -71,6 +72,8 @@ def make_gymnasium(id: str, kwargs: dict[str, Any] | None = None, validate_steps
     except Exception as exc:  # the env's own constructor failed: its error, named once
         raise ConfigError(f"env.id={id!r}: making it failed ({type(exc).__name__}: {exc}); "
                           "HYDRA_FULL_ERROR=1 shows where") from exc
+    if wrappers:  # episode returns in the env's units, below what the wrappers do to rewards
+        env = RawReturn(env)
     for index, wrapper in enumerate(wrappers or []):
         env = wrap(env, wrapper, f"env.wrappers[{index}]")
     return GymnasiumPufferEnv(env=env, validate_steps=validate_steps, max_sequence_length=max_sequence_length)

@@ -17,8 +17,8 @@ from typing import Any
 import gymnasium
 
 from puffer.emulation import GymnasiumPufferEnv, PettingZooPufferEnv, TurnBasedPufferEnv
-from puffer.emulation.wrappers import RawReturn
 from puffer.emulation.spaces import SEQUENCE_LENGTH
+from puffer.emulation.wrappers import RawReturn
 from puffer.errors import ConfigError
 
 

@@ -40,6 +40,13 @@ def test_a_real_multirun_grid_then_the_report(tmp_path):
         assert row.seeds == 2 and row.eval_return > 0 and row.ci95 >= 0 and row.sps > 0 and row.wall_s > 0
         assert row.setting == f"env={'classic/cartpole' if row.env == 'CartPole-v1' else 'ocean/cartpole'}"
     assert "| CartPole-v1 | env=classic/cartpole | 2 |" in out["markdown"].read_text()
+    # it stands alone: what was run, its budget, how it was evaluated, its plots
+    text = out["markdown"].read_text()
+    assert text.startswith(f"# Report of {sweep}\n")
+    assert ("- Command: `python -m puffer -m env=classic/cartpole,ocean/cartpole seed=0,1 "
+            "train.total_timesteps=2048 eval.episodes=3 logger=wandb`") in text
+    assert "- Budget: 2,048 steps per run" in text and "on 3 held-out episodes per run" in text
+    assert "[returns.png](returns.png)" in text
     assert 0 <= rows["CartPole-v1"].normalized <= 1.1  # CartPole-v1 has a reference score
     for image in out["images"]:
         assert image.read_bytes()[:8] == PNG_MAGIC

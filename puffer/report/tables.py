@@ -54,6 +54,7 @@ class Job:
     variant: str = "(defaults)"
     # the command-line overrides of the job (with trial_seeds, every seed of it has the same)
     overrides: list[str] = field(default_factory=list)
+    config: dict = field(default_factory=dict)  # the run's resolved config (config.yaml)
 
     def last(self, key: str) -> float:
         values = [r[key] for r in self.records if isinstance(r.get(key), (int, float))]
@@ -154,7 +155,7 @@ def load_jobs(sweep_dir: Path) -> list[Job]:
         varying = [label(o) for o in overrides if o not in shared and not o.startswith(("seed=", "hydra."))]
         variant = ",".join(o for o in varying if not o.startswith(ENV_CHOICE))
         jobs.append(Job(run_dir, describe(config.get("env", {})), ",".join(varying) or "(defaults)",
-                        int(config.get("seed", 0)), records, variant or "(defaults)", overrides))
+                        int(config.get("seed", 0)), records, variant or "(defaults)", overrides, config))
     return jobs
 
 
@@ -248,6 +249,42 @@ def _interval(low: float, high: float, aggregate: dict) -> str:
         return f"[{low:.3f}, {high:.3f}]"
     fewest = min(len(v) for v in aggregate["scores"].values())
     return f"n/a ({fewest} runs in an env, < {stats.MIN_BOOTSTRAP_RUNS})"
+
+
+def header(sweep_dir: Path, jobs: list[Job], images: list[Path]) -> str:
+    """What a report needs to stand alone: what was run (the command, the settings every job
+    shares, the budget), when, with which puffer, how it was evaluated, and its plots."""
+    import datetime
+
+    import puffer
+
+    command = sweep_command(sweep_dir)
+    budgets = sorted({(j.config.get("train") or {}).get("total_timesteps") for j in jobs} - {None})
+    episodes = sorted({(j.config.get("eval") or {}).get("episodes") for j in jobs} - {None})
+    when = datetime.datetime.fromtimestamp(max(p.stat().st_mtime for p in run_metrics(sweep_dir)))
+    lines = [f"# Report of {sweep_dir}", "",
+             f"- Written {datetime.datetime.now():%Y-%m-%d %H:%M} by puffer {puffer.__version__}; the runs "
+             f"ended by {when:%Y-%m-%d %H:%M}.",
+             f"- Command: `{command}`" if command else "- Command: not recorded (no multirun.yaml)",
+             f"- Settings every job shares (beside the env and seed): {_settings(jobs)}",
+             "- Budget: " + (", ".join(f"{b:,} steps" for b in budgets) or "not recorded")
+             + (" (it varies between jobs)" if len(budgets) > 1 else " per run"),
+             "- Evaluation: the final policy on " + ("/".join(map(str, episodes)) or "?") + " held-out episodes "
+             "per run (seeds apart from training's, deterministic actions), returns in the env's units; "
+             "intervals are Student's t 95% over seeds.",
+             ]
+    if images:
+        lines.append("- Plots: " + ", ".join(f"[{image.name}]({image.name})" for image in images))
+    return "\n".join(lines) + "\n\n"
+
+
+def sweep_command(sweep_dir: Path) -> str | None:
+    """The command line of a multirun, from the multirun.yaml Hydra leaves in its folder."""
+    path = sweep_dir / "multirun.yaml"
+    if not path.is_file():
+        return None
+    task = (((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("overrides") or {}).get("task")
+    return "python -m puffer -m " + " ".join(task) if task else None
 
 
 def markdown(rows: list[Row], aggregates: dict[str, dict]) -> str:
@@ -359,12 +396,13 @@ def report(sweep_dir: str | Path, out: str | Path | None = None, wandb: bool = F
     rows = summarize(jobs)
     aggregates = aggregate(jobs)
     times = time_to_score(jobs)
-    (out / "report.md").write_text(markdown(rows, aggregates) + time_to_score_markdown(times))
+    images = plot(jobs, rows, aggregates, out)
+    (out / "report.md").write_text(header(sweep_dir, jobs, images) + markdown(rows, aggregates)
+                                   + time_to_score_markdown(times))
     with (out / "report.csv").open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(COLUMNS)
         writer.writerows(astuple(r) for r in rows)
-    images = plot(jobs, rows, aggregates, out)
     if wandb:
         log_to_wandb(rows, images, sweep_dir)
     return {"rows": rows, "aggregates": aggregates, "time_to_score": times, "markdown": out / "report.md",

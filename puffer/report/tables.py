@@ -327,7 +327,7 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
                 ax.fill_between(taus, *band, alpha=0.2, color=line.get_color())
         ax.set_xlabel("normalized score tau")
         ax.set_ylabel("fraction of runs with score > tau")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=8)
         fig.tight_layout()
         images.append(out / "profile.png")
         fig.savefig(images[-1], dpi=100)
@@ -335,7 +335,7 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
 
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(rows)))
     values = [r.sps for r in rows]
-    bars = ax.barh([f"{r.env} | {r.setting}" for r in rows], values)
+    bars = ax.barh([shorten(f"{r.env} | {r.setting}", 60) for r in rows], values)
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
     ax.invert_yaxis()  # the table's order, top to bottom
     ax.set_xlabel("steps per second (linear: bar lengths compare; the labels give small ones)")
@@ -345,6 +345,15 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
     fig.savefig(images[-1], dpi=100)
     plt.close(fig)
     return images
+
+
+LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def shorten(text: str, width: int = 40) -> str:
+    """A label that fits a plot: long env constructors and settings cut with an ellipsis (the
+    CSV and report.md keep them whole)."""
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
 def plot_returns(plt, jobs: list[Job], x: str, label: str, path: Path) -> bool:
@@ -358,28 +367,31 @@ def plot_returns(plt, jobs: list[Job], x: str, label: str, path: Path) -> bool:
     height = math.ceil(len(envs) / columns)
     fig, axes = plt.subplots(height, columns, figsize=(5 * columns, 3.5 * height), squeeze=False)
     for ax, env in zip(axes.flat, envs, strict=False):
+        drawn = 0
         for (group_env, setting), members in groups_of(jobs).items():
             curves = [j.curve(x=x) for j in members if group_env == env and len(j.curve(x=x)[0])]
             if not curves:
                 continue
+            drawn += 1
             last = min(c[0][-1] for c in curves)
             grid = np.linspace(0, last, 50) if all(len(c[0]) > 1 for c in curves) else np.array([last])
             values = np.array([np.interp(grid, steps, vals) for steps, vals in curves])
             mean = values.mean(0)
             # one logged point is a marker, not a flat line across the axis
-            ax.plot(grid, mean, marker="o" if len(grid) == 1 else None,
-                    label=f"{setting} ({len(curves)} seeds)")
+            # a dash pattern each, so that curves on top of each other stay told apart
+            ax.plot(grid, mean, marker="o" if len(grid) == 1 else None, linestyle=LINE_STYLES[(drawn - 1) % 4],
+                    label=f"{shorten(setting)} ({len(curves)} seeds)")
             if len(curves) > 1:
                 half = np.array([stats.t_interval(values[:, i]) for i in range(values.shape[1])])
                 # the t band, clipped to what the runs reached (a CartPole band of -130..590
                 # claims returns no episode can have)
                 ax.fill_between(grid, np.maximum(mean - half, values.min()), np.minimum(mean + half, values.max()),
                                 alpha=0.2)
-        ax.set_title(env, fontsize=9)
+        ax.set_title(shorten(env), fontsize=11)
         ax.set_xlabel(label)
         ax.set_ylabel("training episode return")
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
+            ax.legend(fontsize=8, title="mean over seeds; band: t 95%", title_fontsize=8)
     for ax in list(axes.flat)[len(envs):]:
         ax.axis("off")
     fig.tight_layout()

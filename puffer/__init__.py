@@ -30,9 +30,17 @@ __version__ = "0.1.0"
 
 def train(*overrides: str, run_dir=None):
     """`python -m puffer <overrides>` from Python; returns the metrics, run directory and agent
-    (puffer.run.train)."""
+    (puffer.run.train). The CLI's checks come first: a mistake is one ConfigError with its fix
+    (a typo of a key is never a Hydra traceback, and its `+key` form never a run that ignores it)."""
+    from puffer.cli import extras
+    from puffer.cli import overrides as command_line
+    from puffer.errors import ConfigError
     from puffer.run import train as _train
 
+    args = list(overrides)
+    problem = extras.missing(args) or command_line.check(args)
+    if problem is not None:
+        raise ConfigError(problem)
     return _train(*overrides, run_dir=run_dir)
 
 

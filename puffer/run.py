@@ -63,14 +63,9 @@ def train(*overrides: str, run_dir: str | Path | None = None) -> Result:
     the CLI's) and files; returns a `Result` with the agent loaded from its model.safetensors."""
     from hydra import compose, initialize_config_dir
 
-    from puffer.cli import extras
-    from puffer.cli import overrides as command_line_checks
     from puffer.envs.catalog import check_env_choices
 
-    # the CLI's checks, each mistake one ConfigError with its fix (a typo of a key is never a
-    # Hydra traceback, and its `+key` form never a run that ignores it)
-    args = list(overrides)
-    problem = check_env_choices(args) or extras.missing(args) or command_line_checks.check(args)
+    problem = check_env_choices(list(overrides))
     if problem is not None:
         raise ConfigError(problem)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

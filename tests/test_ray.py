@@ -190,6 +190,51 @@ def test_a_ray_address_where_nothing_listens_is_an_error_within_seconds():
     assert time.monotonic() - started < 10  # ray.init itself waited more than 400 s
 
 
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b""])
+def test_a_ray_address_where_another_server_listens_is_one_error_within_seconds(answer):
+    """A web server, or a silent one, where the Ray head should be: ray.init waited 120-150 s."""
+    import socket
+    import threading
+    import time
+
+    from puffer.vector import VecConfigError
+    from puffer.vector.ray import Ray, check_reachable
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    connections = []
+
+    def serve():
+        for _ in range(2):
+            connection, _ = server.accept()
+            connections.append(connection)
+            if answer:
+                connection.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(VecConfigError, match=f"something listens at 127.0.0.1:{port}, but not Ray"):
+        Ray(cartpole, num_envs=2, address=f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 15
+    with pytest.raises(VecConfigError, match="but not Ray"):
+        check_reachable(f"ray://127.0.0.1:{port}", timeout=2)
+    for connection in connections:
+        connection.close()
+    server.close()
+
+
+def test_a_local_ray_leaves_its_auth_token_to_the_user_alone(tmp_path, monkeypatch):
+    from puffer.vector.ray import private_token
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    token = tmp_path / ".ray" / "auth_token"
+    token.parent.mkdir()
+    token.write_text("secret")
+    token.chmod(0o644)  # as Ray 2.60 writes it
+    private_token()
+    assert token.stat().st_mode & 0o777 == 0o600
+
+
 STARTUP_INTERRUPTED = """
 import signal, sys
 sys.path.insert(0, {tests!r})

@@ -100,19 +100,50 @@ def reap(processes: list, timeout: float = 3.0) -> None:
         log.warning("ray.shutdown() left %d Ray process(es) running; killed them", len(alive))
 
 
+# An HTTP/2 client's connection preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, the
+# Ray client server) answers with a SETTINGS frame of its own (frame type 4, the 4th byte).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
 def check_reachable(address: str | None, timeout: float = 5.0) -> None:
-    """A host:port (or ray://host:port) address must answer a TCP connection within `timeout`:
-    ray.init on an address where nothing listens waits for minutes."""
+    """A host:port (or ray://host:port) address must answer as Ray does within `timeout`: ray.init
+    on an address where nothing listens, or where another kind of server listens, waits for
+    minutes. Ray's services are gRPC, so the check is an HTTP/2 handshake."""
     if address is None or address == "auto" or ":" not in address:
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not port.isdigit():
         raise VecConfigError(f"vec.ray_address={address!r}: expected host:port, ray://host:port or auto")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
+        connection = socket.create_connection((host, int(port)), timeout=timeout)
     except OSError as exc:
         raise VecConfigError(f"vec.ray_address={address!r}: nothing answered at {host}:{port} within "
                              f"{timeout:g} s ({exc.strerror or exc}); is the Ray head running?") from None
+    with connection:
+        try:
+            connection.sendall(HTTP2_PREFACE)
+            answer = connection.recv(9)
+        except OSError:  # a timeout, a reset
+            answer = b""
+    if len(answer) < 4 or answer[3] != 4:
+        raise VecConfigError(f"vec.ray_address={address!r}: something listens at {host}:{port}, but not Ray "
+                             f"(no gRPC answer within {timeout:g} s); give the Ray head's GCS address "
+                             "(`ray start --head` prints it) or ray://host:10001")
+
+
+def private_token() -> None:
+    """Ray writes the token of its authentication (~/.ray/auth_token) readable by everyone
+    (0644): whoever reads it can run code on the local Ray. Made the user's alone (0600)."""
+    import stat
+    from pathlib import Path
+
+    token = Path.home() / ".ray" / "auth_token"
+    try:
+        info = token.stat()
+        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+            token.chmod(0o600)
+    except FileNotFoundError:
+        return
 
 
 class Ray(VecEnv):
@@ -168,6 +199,10 @@ class Ray(VecEnv):
         on loopback, and a watchdog that ends it if this process dies without closing it (Ray's
         own token authentication, on by default for a local Ray since 2.5x, is left on)."""
         local = address is None
+        if local:  # the watchdog first: a run that dies inside ray.init leaves no Ray behind
+            from puffer.vector import reaper
+
+            self._reaper = reaper.start(os.getpid())
         try:
             self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
                            configure_logging=False, **({"_node_ip_address": "127.0.0.1"} if local else {}))
@@ -178,9 +213,7 @@ class Ray(VecEnv):
                                  f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}); start one with "
                                  "`ray start --head`, or leave vec.ray_address out for a local Ray") from None
         if local:
-            from puffer.vector import reaper
-
-            self._reaper = reaper.start(os.getpid())
+            private_token()
 
     def _new_actor(self, w: int):
         creators, env_args, env_kwargs = self._build

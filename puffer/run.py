@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -116,7 +117,16 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     """Train (and evaluate) as `cfg` says; returns the final metrics, `eval/return_mean` among them.
     mode=profile trains briefly and reports where the time went instead of evaluating.
     `overrides`, the command line `cfg` was composed from (under Hydra: its own), lets a resumed
-    run take the rest of its config from the checkpoint."""
+    run take the rest of its config from the checkpoint. The run directory is locked while it runs."""
+    held = set(HELD_RUN_DIRS)
+    try:
+        return _run(cfg, run_dir, overrides)
+    finally:
+        for key in set(HELD_RUN_DIRS) - held:
+            os.close(HELD_RUN_DIRS.pop(key))
+
+
+def _run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None) -> dict[str, float]:
     check(cfg)
     if cfg.mode.name == "train":  # the key that will sign its checkpoints: refused now, not at the first
         trust.user_key()
@@ -383,7 +393,7 @@ def saved_config_of(cfg: DictConfig) -> dict:
     return config
 
 
-# Run directories this process writes to, each with its lock held (released when it exits).
+# Run directories this process is writing to, each with its lock held (until its run() returns).
 HELD_RUN_DIRS: dict[Path, int] = {}
 LOCK_NAME = ".puffer.lock"
 
@@ -391,10 +401,9 @@ LOCK_NAME = ".puffer.lock"
 def lock_run_dir(run_dir: Path) -> None:
     """One process writes to a run directory: a second run given the same hydra.run.dir is
     refused at its start, instead of interleaving metrics.jsonl and pruning the other's
-    checkpoints. The lock (flock on .puffer.lock) lasts as long as this process; runs one after
-    another in it may share a folder."""
+    checkpoints. The lock (flock on .puffer.lock) lasts until the run returns (or its process
+    ends); runs one after another may share a folder."""
     import fcntl
-    import os
 
     key = run_dir.resolve()
     if key in HELD_RUN_DIRS:

@@ -133,6 +133,21 @@ def test_sigterm_to_one_rank_saves_one_checkpoint_from_rank_0_and_every_rank_exi
     assert_no_marked_process_left(marker)
 
 
+def test_sigusr1_to_a_torchrun_group_leaves_no_orphan_and_the_ranks_save(tmp_path):
+    """torchrun itself dies of SIGUSR1 (its default action; it is not puffer's to handle), and its
+    ranks, in a process group of their own, never see it: they now get SIGHUP from the kernel as
+    their parent ends (once per thread of it), save at their epoch boundary and exit, instead of
+    training on as orphans."""
+    marker = uuid.uuid4().hex
+    proc = start_two_ranks(tmp_path, marker, "train.num_steps=64")
+    os.killpg(proc.pid, signal.SIGUSR1)
+    output, _ = proc.communicate(timeout=120)
+    assert_no_marked_process_left(marker, within=90)
+    saved = sorted((tmp_path / "checkpoints").glob("epoch_*.pt"))
+    log = (tmp_path / "puffer.log").read_text() if (tmp_path / "puffer.log").exists() else ""
+    assert saved and len(checkpoint.read(saved[-1])["ranks"]) == 2, output[-3000:] + log[-3000:]
+
+
 def test_slurm_tasks_of_the_submitit_launcher_become_ranks(monkeypatch):
     """What SLURM sets for task 3 of 4 on the second of two nodes: submitit's environment turns
     it into torchrun's variables, which puffer.runtime.distributed.init then joins."""

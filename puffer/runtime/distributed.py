@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import signal
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +86,14 @@ def init(device: str, backend: str = "auto", timeout: float = 300.0) -> Context:
     if not launched():
         return SINGLE
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
+        # torchrun ended (killed by a SIGUSR1 to the job's group, say): a hang-up, so that every
+        # rank saves at its epoch boundary and exits (129), none trains on as an orphan. The
+        # kernel sends it again as each of torchrun's threads ends: a repeated SIGHUP is no
+        # "stop now" (puffer.training.signals)
+        from puffer.runtime.processes import end_with_parent
+
+        end_with_parent(signal.SIGHUP)
     if not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if device.startswith("cuda") else "gloo"

@@ -54,8 +54,8 @@ def exit_status(stop: BaseException) -> int:
 class Signals:
     """What signals do while a trainer runs. SIGINT (Ctrl-C) and SIGTERM (SLURM preemption, GNU
     timeout, sent to the whole process group: env workers ignore them and are closed by this
-    process) and SIGHUP (a closed terminal): finish the current epoch, save a checkpoint, stop; a
-    second one stops at once
+    process) and SIGHUP (a closed terminal, torchrun's end): finish the current epoch, save a
+    checkpoint, stop; a second SIGINT or SIGTERM stops at once
     (puffer.run.train_until_done saves what it can). SIGUSR1 (SLURM's warning before the time
     limit, e.g. submitit's signal_delay_s): save a checkpoint after this epoch and go on."""
 
@@ -79,6 +79,8 @@ class Signals:
     def _stop(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         if self.trainer.stop_requested:
+            if signum == signal.SIGHUP:  # a hang-up is never an insistence: torchrun's end, for
+                return  # one, reaches its ranks once per thread of it (puffer.runtime.distributed)
             raise KeyboardInterrupt(name)
         self.trainer.stop_requested = name
         log.warning("%s: stopping after epoch %d with a checkpoint (send it again to stop now)",

@@ -7,11 +7,9 @@ envs when it steps them itself). What does not: the main process's side (Multipr
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import os
 import signal
-import sys
 import time
 import traceback
 
@@ -19,6 +17,7 @@ import numpy as np
 
 from puffer import renamed
 from puffer.emulation import Buffers
+from puffer.runtime.processes import end_with_parent
 from puffer.vector.base import EnvGroup, build_envs, pickled_envs
 
 # Command words (main -> worker) and state words (worker -> main).
@@ -68,19 +67,6 @@ def alive(pid: int) -> bool:
     except (ProcessLookupError, PermissionError):  # gone, or its number taken by another user's
         return False
     return True
-
-
-def end_with_parent() -> None:
-    """Linux: the kernel kills this worker when the process that started it dies, wherever the
-    worker is, even stuck in an env's constructor (the loop below also watches its parent, but
-    only between commands)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no prctl: the loop's parent watch remains
-        return
 
 
 def worker_loop(worker_id, creators, env_args, env_kwargs, first, raw, layout, go, done, messages,

@@ -145,11 +145,11 @@ def check_config(config: dict, where: str, trust_code: bool = False) -> None:
       importing a module runs it."""
     if trust_code:
         return
-    for path, text in _strings(config, ""):
-        if "${" in text:
+    for path, key, value in _entries(config, ""):
+        text = next((t for t in (key, value) if isinstance(t, str) and "${" in t), None)
+        if text is not None:
             raise UntrustedFileError(f"{where}: its config sets {path}={text!r}, an interpolation; puffer "
                                      "never resolves one from a file (a resolver can build code); " + OPT_IN)
-    for path, key, value in _entries(config, ""):
         if key == "trust_code" and value:
             raise UntrustedFileError(f"{where}: its config sets {path}={value!r}; an opt-in comes from "
                                      "your command line or call, never from a file; " + OPT_IN)
@@ -233,22 +233,9 @@ def _check_env_modules(env, where: str) -> None:
                                      f"({', '.join(SUITE_MODULES)}); importing a module runs it; {OPT_IN}")
 
 
-def _strings(node, prefix: str):
-    """(path, text) of every string in a config, keys included."""
-    if isinstance(node, str):
-        yield prefix, node
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            path = f"{prefix}.{key}" if prefix else str(key)
-            yield from _strings(key, path)
-            yield from _strings(value, path)
-    elif isinstance(node, (list, tuple)):
-        for i, value in enumerate(node):
-            yield from _strings(value, f"{prefix}[{i}]")
-
-
 def _entries(node, prefix: str):
-    """(path, key, value) of every mapping entry in a config, at any depth."""
+    """(path, key, value) of every entry of a config at any depth: a mapping's with its key, a
+    list's with key None."""
     if isinstance(node, dict):
         for key, value in node.items():
             path = f"{prefix}.{key}" if prefix else str(key)
@@ -256,6 +243,7 @@ def _entries(node, prefix: str):
             yield from _entries(value, path)
     elif isinstance(node, (list, tuple)):
         for i, value in enumerate(node):
+            yield f"{prefix}[{i}]", None, value
             yield from _entries(value, f"{prefix}[{i}]")
 
 

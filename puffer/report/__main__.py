@@ -8,7 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
-from puffer.report.tables import compare, report, required_runs
+from puffer.report.compare import compare
+from puffer.report.tables import report, required_runs
 
 log = logging.getLogger("puffer.report")
 

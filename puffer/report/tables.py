@@ -1,4 +1,5 @@
-"""Aggregate finished Hydra multiruns: per-env tables, one score across envs, and comparisons.
+"""Aggregate finished Hydra multiruns: per-env tables and one score across envs (comparing two
+multiruns: puffer.report.compare).
 
     python -m puffer.report outputs/multirun/<date>/<time> [--out DIR] [--wandb]
     python -m puffer.report A B        # compare two multiruns env by env (e.g. before/after)
@@ -14,9 +15,8 @@ Writes report.md (with the time-to-score table where the runs watched a score), 
 returns.png and returns_time.png (per env, the training episode return against env steps and
 against training seconds: mean over seeds with a t interval), profile.png (performance
 profiles) and sps.png into the
-multirun directory (or --out); --wandb logs the table and plots to W&B too. A comparison writes
-compare.md: per env, both means with their intervals, the difference with Welch's t interval,
-and a flag where that interval excludes 0.
+multirun directory (or --out), report.md opening with what was run (puffer.report.tables.header);
+--wandb logs the table and plots to W&B too.
 """
 
 from __future__ import annotations
@@ -26,14 +26,12 @@ import logging
 import math
 import os
 import re
-import warnings
 from collections import defaultdict
-from dataclasses import astuple, dataclass, field, fields, replace
+from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import yaml
-from scipy import stats as scipy_stats
 
 from puffer.envs import describe
 from puffer.loggers import read_metrics
@@ -266,7 +264,7 @@ def header(sweep_dir: Path, jobs: list[Job], images: list[Path]) -> str:
              f"- Written {datetime.datetime.now():%Y-%m-%d %H:%M} by puffer {puffer.__version__}; the runs "
              f"ended by {when:%Y-%m-%d %H:%M}.",
              f"- Command: `{command}`" if command else "- Command: not recorded (no multirun.yaml)",
-             f"- Settings every job shares (beside the env and seed): {_settings(jobs)}",
+             f"- Settings every job shares (beside the env and seed): {shared_settings(jobs)}",
              "- Budget: " + (", ".join(f"{b:,} steps" for b in budgets) or "not recorded")
              + (" (it varies between jobs)" if len(budgets) > 1 else " per run"),
              "- Evaluation: the final policy on " + ("/".join(map(str, episodes)) or "?") + " held-out episodes "
@@ -421,98 +419,12 @@ def report(sweep_dir: str | Path, out: str | Path | None = None, wandb: bool = F
             "csv": out / "report.csv", "images": images}
 
 
-# -- comparing two multiruns --------------------------------------------------------------------
-@dataclass
-class Difference:
-    env: str
-    a: float
-    a_ci95: float
-    b: float
-    b_ci95: float
-    difference: float  # b - a
-    low: float  # Welch's t 95% interval of the difference
-    high: float
-    verdict: str  # "B better", "B worse", or "no difference detected at 95%" (the interval holds 0)
-
-
-def _keyed(jobs: list[Job]) -> dict[str, np.ndarray]:
-    """Final returns per env; an env run with several variants is keyed `env [variant]`."""
-    variants = defaultdict(set)
-    for job in jobs:
-        variants[job.env].add(job.variant)
-    keyed: dict[str, list[Job]] = defaultdict(list)
-    for job in jobs:
-        keyed[job.env if len(variants[job.env]) == 1 else f"{job.env} [{job.variant}]"].append(job)
-    return {key: final_returns(members) for key, members in keyed.items()}
-
-
-def _settings(jobs: list[Job]) -> str:
+def shared_settings(jobs: list[Job]) -> str:
     """The command-line settings every job of a multirun shares, the env and seed aside: with
     the other side's, what differs between A and B."""
     shared = set.intersection(*(set(job.overrides) for job in jobs))
     kept = sorted(o for o in shared if not o.startswith(("seed=", "hydra.", *ENV_CHOICE)))
     return " ".join(kept) or "the defaults"
-
-
-def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None) -> dict:
-    """Env by env, B's mean evaluation return against A's; a difference is flagged when Welch's
-    t interval of it excludes 0. Envs in only one of them are listed apart."""
-    jobs_a, jobs_b = load_jobs(Path(a_dir)), load_jobs(Path(b_dir))
-    a, b = _keyed(jobs_a), _keyed(jobs_b)
-    differences = []
-    for env in sorted(set(a) & set(b)):
-        x, y = a[env], b[env]
-        low = high = math.nan
-        if len(x) >= 2 and len(y) >= 2 and (x.std() > 0 or y.std() > 0):
-            with warnings.catch_warnings():  # one side without spread (all 500s): exact, not lossy
-                warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
-                interval = scipy_stats.ttest_ind(y, x, equal_var=False).confidence_interval(0.95)
-            low, high = float(interval.low), float(interval.high)
-        elif len(x) >= 2 and len(y) >= 2:  # no spread on either side: the difference is exact
-            low = high = float(y.mean() - x.mean())
-        verdict = "B better" if low > 0 else "B worse" if high < 0 else "no difference detected at 95%"
-        if not math.isfinite(low):
-            verdict = "too few seeds"
-        differences.append(Difference(env, float(x.mean()), stats.t_interval(x), float(y.mean()),
-                                      stats.t_interval(y), float(y.mean() - x.mean()), low, high, verdict))
-    only = {"A": sorted(set(a) - set(b)), "B": sorted(set(b) - set(a))}
-    lines = [f"A: {a_dir} ({_settings(jobs_a)})", f"B: {b_dir} ({_settings(jobs_b)})", "",
-             "| env | A return | +- 95% | B return | +- 95% | B - A | 95% (Welch) | verdict |",
-             "|" + "---|" * 8]
-    for d in differences:
-        flag = f"**{d.verdict}**" if d.verdict in ("B better", "B worse") else d.verdict
-        lines.append(f"| {d.env} | {_number(d.a)} | {_number(d.a_ci95)} | {_number(d.b)} | {_number(d.b_ci95)} | "
-                     f"{_number(d.difference)} | [{_number(d.low)}, {_number(d.high)}] | {flag} |")
-    for side, envs in only.items():
-        if envs:
-            lines.append(f"\nOnly in {side}: {', '.join(envs)}")
-    path = Path(out or b_dir) / "compare.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    images = plot_comparison(jobs_a, jobs_b, path.parent)
-    if images:
-        lines += ["", "Training episode return of A and B (mean over seeds, t 95% band): "
-                  + ", ".join(f"[{image.name}]({image.name})" for image in images)]
-    path.write_text("\n".join(lines) + "\n")
-    return {"differences": differences, "only": only, "markdown": path, "images": images}
-
-
-def plot_comparison(jobs_a: list[Job], jobs_b: list[Job], out: Path) -> list[Path]:
-    """compare.png and compare_time.png: per env, A's and B's returns against env steps and
-    training seconds on one axis; none (with a warning) without matplotlib."""
-    from puffer.envs.catalog import importable
-
-    if not importable("matplotlib"):
-        log.warning("no comparison plot: it needs matplotlib (pip install 'puffer[sweeps]')")
-        return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sides = [replace(job, setting=side) for side, jobs in (("A", jobs_a), ("B", jobs_b)) for job in jobs]
-    return [path for x, label, path in (("global_step", "env steps", out / "compare.png"),
-                                        ("perf/train_seconds", "training seconds", out / "compare_time.png"))
-            if plot_returns(plt, sides, x, label, path)]
 
 
 def sweep_logging(sweep_dir: Path) -> dict:

@@ -141,9 +141,15 @@ def unwritable_output_dir(args: list[str]) -> str | None:
     path = Path(static)
     while not path.exists() and path != path.parent:
         path = path.parent
-    if path.is_dir() and os.access(path, os.W_OK | os.X_OK):
-        return None
     why = "is not a folder" if not path.is_dir() else "is not writable"
+    if path.is_dir() and os.access(path, os.W_OK | os.X_OK):
+        import tempfile
+
+        try:  # what the permission bits do not say: /proc, a read-only mount, a full disk
+            os.rmdir(tempfile.mkdtemp(prefix=".puffer-probe-", dir=path))
+            return None
+        except OSError as exc:
+            why = f"refuses a new folder ({exc.strerror})"
     return (f"{key}={value!r}: {path.resolve()} {why}, so the run's outputs cannot be written there; "
             f"pass a writable {key}=<folder> (or run from a writable directory)")
 

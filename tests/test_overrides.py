@@ -213,3 +213,17 @@ def test_a_float_budget_and_policy_lstm_say_the_form_that_works(args, says):
 def test_puffer_train_with_the_mode_first_trains(cli, tmp_path):
     result = cli("train", "train.total_timesteps=512", "eval.episodes=0")
     assert (tmp_path / "run" / "model.safetensors").exists(), result.stderr
+
+
+@pytest.mark.parametrize("folder", ["/proc/puffer-run", "/sys/puffer-run"])
+def test_a_run_dir_the_system_refuses_is_one_line(folder):
+    """Writable by the permission bits (as root), refused by the kernel: was Hydra's traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = subprocess.run([sys.executable, "-m", "puffer", f"hydra.run.dir={folder}"], capture_output=True,
+                            text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith(f"hydra.run.dir='{folder}': ")
+    assert "refuses a new folder" in result.stderr or "is not writable" in result.stderr

@@ -173,8 +173,12 @@ def test_a_tampered_checkpoint_fails_its_signature(trained, tmp_path):
     data[-100] ^= 1  # one bit of the payload
     tampered = tmp_path / "epoch_000004.pt"
     tampered.write_bytes(bytes(data))
-    with pytest.raises(UntrustedFileError, match="not signed by this user's key|changed since"):
+    with pytest.raises(CheckpointError, match="is damaged: written and signed by you, its contents changed since"):
         checkpoint.read(tampered)
+    truncated = tmp_path / "epoch_000003.pt"  # a copy cut short: damaged, not "another user's"
+    truncated.write_bytes(path.read_bytes()[:-5000])
+    with pytest.raises(CheckpointError, match="is damaged.*an earlier checkpoint"):
+        checkpoint.read(truncated)
 
 
 ACTS = """

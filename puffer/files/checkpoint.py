@@ -122,6 +122,11 @@ def read(path: str | Path, key: str = "resume", map_location=None, trust_code: b
     if data.startswith(MAGIC):
         header, payload = _split(data, where)
         signed = trust.verify(payload, str(header.get("hmac_sha256", "")))
+        if not signed and header.get("key_id") == trust.key_id(trust.user_key()) and not trust_code:
+            # this user's own file whose bytes no longer match: torn or altered, not another's
+            raise CheckpointError(errno.EIO, f"{where} is damaged: written and signed by you, its contents "
+                                  "changed since (a truncated copy, a disk error, an edit); use an earlier "
+                                  "checkpoint (resume=<run dir> falls back to the newest intact one)")
         if envs and not signed and not trust_code:
             raise UntrustedFileError(
                 f"{where} is not signed by this user's key (signed by key {header.get('key_id')}, "

@@ -36,8 +36,10 @@ def test_sections_add_up_to_the_measured_wall_time():
     vec.close()
     sections = sum(metrics[f"perf/{name}_s"] for name in ("env", "forward", "copy", "learn", "misc"))
     assert sections == pytest.approx(metrics["perf/wall_s"], rel=1e-6)
-    assert metrics["perf/wall_s"] == pytest.approx(wall, rel=0.05)
-    assert metrics["perf/misc_pct"] < 5  # the named sections cover the real work
+    assert metrics["perf/wall_s"] == pytest.approx(wall, rel=0.1)
+    # the named sections cover the real work: misc is ~3% on a quiet machine, 6.2% was seen with
+    # both cores busy beside the suite (issue 46: green on a busy machine)
+    assert metrics["perf/misc_pct"] < 10
     assert metrics["perf/env_s"] > 0 and metrics["perf/learn_s"] > 0 and metrics["perf/forward_s"] > 0
 
 

@@ -41,9 +41,9 @@ class WandbLogger(Logger):
         self.failed = False
         os.environ.setdefault("WANDB_START_METHOD", "thread")  # avoids hangs under Hydra
         settings = dict(
-            project=cfg.project, entity=cfg.entity, group=group, job_type=job_type,
-            tags=list(dict.fromkeys(tag[:64] for tag in tags)),  # (W&B refuses tags over 64 characters)
-            name=name, config=config, dir=str(run_dir),
+            # (W&B refuses tags over 64 characters and groups over 128)
+            project=cfg.project, entity=cfg.entity, group=group[:128], job_type=job_type,
+            tags=list(dict.fromkeys(tag[:64] for tag in tags)), name=name, config=config, dir=str(run_dir),
             # Hydra's basic launcher runs multirun jobs in one process: never merge into the
             # previous job's run.
             reinit="finish_previous",

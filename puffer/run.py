@@ -216,7 +216,7 @@ def _run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None) -> d
                                         device, run_dir, logger, game="module" in cfg.env))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if evaluation:  # with the time to score beside it (always in the returned metrics)
-            evaluation.update({k: metrics[k] for k in ("perf/scored", "perf/time_to_score_s",
+            evaluation.update({k: metrics[k] for k in ("perf/score", "perf/scored", "perf/time_to_score_s",
                                                        "perf/steps_to_score") if k in metrics})
             logger.log(evaluation, trainer.global_step)
         log.info("eval/return_mean %.2f +- %.2f over %d episodes (deterministic policy)",
@@ -255,7 +255,7 @@ def save_model_instead(save_model, trainer: Trainer, failure: CheckpointError) -
               trainer.global_step, path)
 
 
-SCORE_METRICS = ("perf/time_to_score_s", "perf/steps_to_score", "perf/scored")
+SCORE_METRICS = ("perf/time_to_score_s", "perf/steps_to_score", "perf/scored", "perf/score")
 
 
 def check_objective_score(cfg: DictConfig) -> None:
@@ -303,7 +303,7 @@ class ScoreWatch:
         if self.score is None:
             return {}
         scored = self.seconds is not None
-        return {"perf/scored": float(scored),
+        return {"perf/score": float(self.score), "perf/scored": float(scored),
                 "perf/time_to_score_s": self.seconds if scored else trainer.train_seconds,
                 "perf/steps_to_score": float(self.step if scored else trainer.global_step)}
 

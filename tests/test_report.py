@@ -125,7 +125,7 @@ def test_the_report_plots_returns_against_time_and_tabulates_the_time_to_score(t
         records = [json.loads(line) for line in metrics.read_text().splitlines()]
         records[0]["perf/train_seconds"], records[1]["perf/train_seconds"] = seconds / 2, seconds
         records[1].update({"perf/scored": float(scored), "perf/time_to_score_s": seconds,
-                           "perf/steps_to_score": 1000.0 * (job + 1)})
+                           "perf/steps_to_score": 1000.0 * (job + 1), "perf/score": 475.0 if job < 3 else -100.0})
         metrics.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     out = report(sweep)
     assert {p.name for p in out["images"]} >= {"returns.png", "returns_time.png"}
@@ -135,8 +135,10 @@ def test_the_report_plots_returns_against_time_and_tabulates_the_time_to_score(t
     assert not cartpole.censored and cartpole.median_steps == 2000
     assert acrobot.reached == 1 and acrobot.median_s == 30.0 and acrobot.censored  # the median never scored
     text = out["markdown"].read_text()
-    assert "| CartPole-v1 | env.id=CartPole-v1 | 2/3 | 6.0 | [4.0, 20.0] | 2,000 |" in text
-    assert "| Acrobot-v1 | env.id=Acrobot-v1 | 1/3 | > 30.0 | [9.0, 31.0] | 5,000 |" in text
+    # both judges, named: training episodes (ScoreWatch) and the final evaluation (500, 480, 300
+    # against 475; -80, -500, -500 against -100)
+    assert "| CartPole-v1 | env.id=CartPole-v1 | 2/3 | 2/3 | 6.0 | [4.0, 20.0] | 2,000 |" in text
+    assert "| Acrobot-v1 | env.id=Acrobot-v1 | 1/3 | 1/3 | > 30.0 | [9.0, 31.0] | 5,000 |" in text
 
 
 def test_runs_without_time_to_score_metrics_get_no_such_table_or_time_plot(tmp_path):

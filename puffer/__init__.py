@@ -34,11 +34,12 @@ def train(*overrides: str, run_dir=None):
     (a typo of a key is never a Hydra traceback, and its `+key` form never a run that ignores it)."""
     from puffer.cli import extras
     from puffer.cli import overrides as command_line
+    from puffer.envs.catalog import check_env_choices
     from puffer.errors import ConfigError
     from puffer.run import train as _train
 
-    args = list(overrides)
-    problem = extras.missing(args) or command_line.check(args)
+    args = list(overrides)  # in the CLI's order: the env's name first (with its nearest names)
+    problem = check_env_choices(args) or extras.missing(args) or command_line.check(args)
     if problem is not None:
         raise ConfigError(problem)
     return _train(*overrides, run_dir=run_dir)

@@ -90,9 +90,8 @@ def problem(cfg: DictConfig, arg: str) -> str | None:
 # Hydra's own command-line flags (python -m puffer --help lists them), and those that take a value.
 FLAGS_WITH_VALUES = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--info", "-i", "--experimental-rerun", "--shell-completion", "-sc"}
-HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p", "--run",
-               "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp", "--config-name", "-cn",
-               "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+HYDRA_FLAGS = FLAGS_WITH_VALUES | {"--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r",
+                                   "--multirun", "-m"}
 
 
 def habits(args: list[str]) -> tuple[list[str], str | None]:

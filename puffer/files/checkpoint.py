@@ -122,7 +122,8 @@ def read(path: str | Path, key: str = "resume", map_location=None, trust_code: b
     if data.startswith(MAGIC):
         header, payload = _split(data, where)
         signed = trust.verify(payload, str(header.get("hmac_sha256", "")))
-        if not signed and header.get("key_id") == trust.key_id(trust.user_key()) and not trust_code:
+        mine = None if signed or trust_code else trust.key_id(trust.user_key())
+        if mine is not None and header.get("key_id") == mine:
             # this user's own file whose bytes no longer match: torn or altered, not another's
             raise CheckpointError(errno.EIO, f"{where} is damaged: written and signed by you, its contents "
                                   "changed since (a truncated copy, a disk error, an edit); use an earlier "
@@ -130,7 +131,7 @@ def read(path: str | Path, key: str = "resume", map_location=None, trust_code: b
         if envs and not signed and not trust_code:
             raise UntrustedFileError(
                 f"{where} is not signed by this user's key (signed by key {header.get('key_id')}, "
-                f"yours is {trust.key_id(trust.user_key())}): it was written by another user or "
+                f"yours is {mine}): it was written by another user or "
                 f"machine, or changed since, and resuming unpickles the envs inside it; {OPT_IN}")
         state = _load_payload(payload, where, map_location, unpickle=signed or trust_code)
     elif not trust_code:

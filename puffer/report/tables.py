@@ -270,7 +270,7 @@ def header(sweep_dir: Path, jobs: list[Job], images: list[Path]) -> str:
     command = sweep_command(sweep_dir)
     budgets = sorted({(j.config.get("train") or {}).get("total_timesteps") for j in jobs} - {None})
     episodes = sorted({(j.config.get("eval") or {}).get("episodes") for j in jobs} - {None})
-    when = datetime.datetime.fromtimestamp(max(p.stat().st_mtime for p in run_metrics(sweep_dir)))
+    when = datetime.datetime.fromtimestamp(max((j.path / "metrics.jsonl").stat().st_mtime for j in jobs))
     lines = [f"# Report of {sweep_dir}", "",
              f"- Written {datetime.datetime.now():%Y-%m-%d %H:%M} by puffer {puffer.__version__}; the runs "
              f"ended by {when:%Y-%m-%d %H:%M}.",

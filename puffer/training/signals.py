@@ -37,12 +37,14 @@ def noted(signum, frame):
              "are written as usual)")
 
 
+# What signals do in the main thread of a run outside `Signals` (Ctrl-C keeps Python's own).
+OUTSIDE_TRAINING = {signal.SIGTERM: interrupt, signal.SIGHUP: interrupt, signal.SIGUSR1: noted}
+
+
 def install_outside_training() -> None:
-    """What signals do in the main thread of a run outside `Signals`."""
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, interrupt)
-        signal.signal(signal.SIGUSR1, noted)
+        for signum, handler in OUTSIDE_TRAINING.items():
+            signal.signal(signum, handler)
 
 
 def exit_status(stop: BaseException) -> int:
@@ -73,8 +75,7 @@ class Signals:
         for signum, handler in self.previous.items():
             # SIGTERM and SIGHUP keep interrupting and SIGUSR1 keeps being noted (a Ray start-up
             # may have put its own handlers there)
-            signal.signal(signum, {signal.SIGTERM: interrupt, signal.SIGHUP: interrupt,
-                                   signal.SIGUSR1: noted}.get(signum, handler))
+            signal.signal(signum, OUTSIDE_TRAINING.get(signum, handler))
 
     def _stop(self, signum, frame) -> None:
         name = signal.Signals(signum).name

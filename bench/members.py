@@ -25,7 +25,7 @@ import puffer.vector
 from puffer.config import TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
 from puffer.policies.build import build_policy
-from puffer.training.members import MemberStep, Stack
+from puffer.training.members import MemberAdam, MemberStep, Stack
 from puffer.training.minibatches import Minibatch
 from puffer.training.ppo import PPO, Coefficients
 
@@ -71,7 +71,8 @@ def main() -> None:
     for n in args.members:
         stack = Stack([build_policy(spec, OBS, ACTIONS) for _ in range(n)])
         full = lambda value, n=n: torch.full((n,), float(value))  # noqa: E731
-        step = MemberStep(solo, stack, full(config.learning_rate), full(config.max_grad_norm), full(config.adam_eps))
+        step = MemberStep(solo, stack, MemberAdam(stack.flat, full(config.learning_rate), full(config.adam_eps)),
+                          full(config.max_grad_norm))
         coefficients = Coefficients(full(config.clip_coef), full(config.vf_clip_coef), full(config.ent_coef),
                                     full(config.vf_coef))
         batch = minibatch(args.minibatch, (n,))

@@ -292,7 +292,10 @@ class ScoreWatch:
         self.score, self.seconds, self.step = score, None, None
 
     def __call__(self, trainer) -> None:
-        episode_return = trainer.last_metrics.get("env/episode_return")
+        self.observe(trainer.last_metrics.get("env/episode_return"), trainer)
+
+    def observe(self, episode_return: float | None, trainer) -> None:
+        """The epoch just logged, whose finished episodes returned `episode_return` on average."""
         if self.score is not None and self.seconds is None and episode_return is not None \
                 and episode_return >= self.score:
             self.seconds, self.step = trainer.train_seconds, trainer.global_step

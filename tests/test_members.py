@@ -12,7 +12,7 @@ import puffer.vector
 from puffer.config import TrainConfig
 from puffer.emulation import GymnasiumPufferEnv
 from puffer.policies.build import build_policy
-from puffer.training.members import MemberStep, Stack, clip_per_member
+from puffer.training.members import MemberAdam, MemberStep, Stack, clip_per_member
 from puffer.training.minibatches import Minibatch
 from puffer.training.ppo import PPO, Coefficients
 
@@ -56,7 +56,8 @@ def members(seeds: list[int], settings: list[dict], algorithm: PPO, obs=OBS,
             actions=ACTIONS) -> tuple[Stack, MemberStep, Coefficients]:
     stack = Stack([policy_of(seed, obs, actions) for seed in seeds])
     column = lambda key: torch.tensor([s[key] for s in settings])  # noqa: E731
-    step = MemberStep(algorithm, stack, column("learning_rate"), column("max_grad_norm"), torch.full((len(seeds),), 1e-5))
+    step = MemberStep(algorithm, stack, MemberAdam(stack.flat, column("learning_rate"), torch.full((len(seeds),), 1e-5)),
+                      column("max_grad_norm"))
     coefficients = Coefficients(*(column(k) for k in ("clip_coef", "vf_clip_coef", "ent_coef", "vf_coef")))
     return stack, step, coefficients
 

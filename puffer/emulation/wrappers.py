@@ -77,6 +77,10 @@ class PufferEnv:
     # True for native batched envs whose rows are separate episodes (each info names its `row`);
     # False when the rows are agents of one shared episode.
     independent_rows: bool = False
+    # Added to the seed its vector env gives it on reset (env i of a vector env seeded s gets
+    # s + i + seed_shift): members of one batch (puffer.training.batched) seed their envs as
+    # their solo runs would, within one vector env.
+    seed_shift: int = 0
 
     def set_buffers(self, buffers: Buffers | None) -> None:
         if buffers is None:

@@ -31,8 +31,9 @@ def env_name(cfg) -> str:
 
 
 def snapshot(trainer) -> dict:
-    """The numbers both views show, from the trainer's latest metrics."""
-    m = trainer.last_metrics
+    """The numbers both views show, from the trainer's latest metrics (of a batch of members:
+    their mean, puffer.training.batched)."""
+    m = {key: _mean(value) for key, value in trainer.last_metrics.items()}
     total = trainer.num_epochs * trainer.steps_per_epoch
     sps = m.get("perf/sps", 0.0)
     return {
@@ -46,6 +47,14 @@ def snapshot(trainer) -> dict:
         "machine": machine_line(m) if "perf/cpu_main_pct" in m else None,
         "others": m.get("perf/cpu_others_pct", 0.0),
     }
+
+
+def _mean(value):
+    """A metric as one number: the members' mean of a per-member list (nan when none has one)."""
+    if not isinstance(value, list):
+        return value
+    found = [v for v in value if math.isfinite(v)]
+    return sum(found) / len(found) if found else float("nan")
 
 
 def duration(seconds: float) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from puffer.policies.distributions import ActionDist
+from puffer.policies.distributions import GLOBAL_NOISE, ActionDist, Noise
 from puffer.policies.protocol import is_recurrent
 
 
@@ -31,10 +31,11 @@ def restart(state: tuple, starts: torch.Tensor) -> tuple:
 
 class Acting:
     """`policy` acting in `action_space` (flat). `forward` (default: the policy itself) is what
-    a feed-forward step calls, e.g. a compiled policy."""
+    a feed-forward step calls, e.g. a compiled policy; `noise` where sampling draws its random
+    numbers (torch's global generator, or each member's own in a batch)."""
 
-    def __init__(self, policy: torch.nn.Module, action_space, forward=None):
-        self.policy, self.forward = policy, forward or policy
+    def __init__(self, policy: torch.nn.Module, action_space, forward=None, noise: Noise = GLOBAL_NOISE):
+        self.policy, self.forward, self.noise = policy, forward or policy, noise
         self.dist = ActionDist(action_space)
         self.recurrent = is_recurrent(policy)
 
@@ -55,7 +56,7 @@ class Acting:
         """(action, its log-probability): sampled, or the mode with no log-probability."""
         if deterministic:
             return self.dist.mode(params), None
-        return self.dist.sample(params)
+        return self.dist.sample(params, self.noise)
 
     def to_env(self, action: torch.Tensor) -> np.ndarray:
         """The actions as the vector env takes them (flat rows, numpy)."""

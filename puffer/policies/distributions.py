@@ -18,10 +18,24 @@ from puffer.emulation.actions import HybridBox
 from puffer.policies.layers import layer_init
 
 
-def _gumbel_max(logits: torch.Tensor) -> torch.Tensor:
+class Noise:
+    """Where sampling's random numbers come from: torch's global generator, as one agent's
+    run draws them. puffer.training.batched.MemberNoise draws each member's rows from its own."""
+
+    def exponential(self, like: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(like).exponential_()
+
+    def normal(self, like: torch.Tensor) -> torch.Tensor:
+        return torch.randn_like(like)
+
+
+GLOBAL_NOISE = Noise()
+
+
+def _gumbel_max(logits: torch.Tensor, noise: Noise = GLOBAL_NOISE) -> torch.Tensor:
     """One categorical draw per row (keepdim): argmax of logits plus Gumbel noise, which is
     -log of an Exp(1) draw (3x faster than torch.multinomial for a few rows)."""
-    return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1, keepdim=True)
+    return (logits - noise.exponential(logits).log()).argmax(-1, keepdim=True)
 
 
 class ActionDist:
@@ -54,28 +68,28 @@ class ActionDist:
             return None, *params
         return params
 
-    def sample(self, params) -> tuple[torch.Tensor, torch.Tensor]:
-        """An action per row and its log-probability."""
+    def sample(self, params, noise: Noise = GLOBAL_NOISE) -> tuple[torch.Tensor, torch.Tensor]:
+        """An action per row and its log-probability, drawn with `noise`'s random numbers."""
         if not self.continuous:
-            return self._sample_discrete(params)
+            return self._sample_discrete(params, noise)
         logits, mean, log_std = self._split(params)
         parts = []
         if logits is not None:
-            parts += [_gumbel_max(chunk) for chunk in logits.split(self.nvec, dim=-1)]
+            parts += [_gumbel_max(chunk, noise) for chunk in logits.split(self.nvec, dim=-1)]
         if mean is not None:
-            parts.append(mean + log_std.exp() * torch.randn_like(mean))
+            parts.append(mean + log_std.exp() * noise.normal(mean))
         action = self._join(parts)
         logprob, _ = self.log_prob_entropy(params, action)
         return action, logprob
 
-    def _sample_discrete(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample_discrete(self, logits: torch.Tensor, noise: Noise) -> tuple[torch.Tensor, torch.Tensor]:
         # The rollout samples an action per step: no entropy, half the ops of the general path
         # (on 2 CPU cores, 0.4 ms of each Atari batch's 3.5 ms went to sampling).
         parts, logprob = [], None
         chunks = logits.split(self.nvec, dim=-1) if len(self.nvec) > 1 else (logits,)
         for chunk in chunks:
             log_p = torch.log_softmax(chunk, dim=-1)
-            choice = _gumbel_max(log_p)
+            choice = _gumbel_max(log_p, noise)
             parts.append(choice)
             chosen = log_p.gather(-1, choice).squeeze(-1)
             logprob = chosen if logprob is None else logprob + chosen

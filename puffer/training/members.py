@@ -84,6 +84,49 @@ class Stack:
         return policy
 
 
+class StackedPolicy(nn.Module):
+    """N members' policies as one module over rows grouped by member: forward(obs) of N * E rows
+    gives member k's outputs for rows [k * E, (k + 1) * E) from its own weights (one vmapped
+    forward for all). Its state_dict is the stacked parameters (`flat`) and buffers."""
+
+    def __init__(self, policies: list[nn.Module]):
+        super().__init__()
+        self.stack = Stack(policies)
+        self.size = len(policies)
+        self._template = [copy.deepcopy(policies[0])]  # (in a list: not a submodule of this one)
+
+    @property
+    def template(self) -> nn.Module:
+        """A policy of the members' architecture (member 0's first weights)."""
+        return self._template[0]
+
+    def forward(self, obs: torch.Tensor):
+        rows = obs.shape[0]
+        if rows % self.size:
+            raise ValueError(f"{rows} observation rows do not split into {self.size} members' rows")
+        outputs = self.stack.forward(obs.view(self.size, rows // self.size, *obs.shape[1:]))
+        return tuple(_flat_rows(x) for x in outputs)
+
+    def member(self, k: int) -> nn.Module:
+        return self.stack.member(k, self.template)
+
+    def state_dict(self, *args, **kwargs) -> dict:
+        return {"flat": self.stack.flat, **{f"buffers.{name}": value for name, value in self.stack.buffers.items()}}
+
+    def load_state_dict(self, state: dict, strict: bool = True, assign: bool = False):
+        with torch.no_grad():
+            self.stack.flat.copy_(state["flat"])
+            for name, value in self.stack.buffers.items():
+                value.copy_(state[f"buffers.{name}"])
+
+
+def _flat_rows(x):
+    """(N, E, ...) outputs as (N * E, ...) rows; tuples (a Gaussian's mean and log_std) each."""
+    if isinstance(x, tuple):
+        return tuple(_flat_rows(part) for part in x)
+    return x.flatten(0, 1)
+
+
 def clip_per_member(grad: torch.Tensor, max_norm: torch.Tensor) -> torch.Tensor:
     """Each member's gradient (a row of the (N, P) `grad`) scaled to a norm of at most its
     `max_norm` (N,), in place, as torch.nn.utils.clip_grad_norm_ scales one agent's; returns the
@@ -127,6 +170,10 @@ class MemberAdam:
         return {"lr": self.lr, "eps": self.eps, "steps": self.steps, "exp_avg": self.exp_avg,
                 "exp_avg_sq": self.exp_avg_sq}
 
+    def load_state_dict(self, state: dict) -> None:
+        for name in ("lr", "eps", "steps", "exp_avg", "exp_avg_sq"):
+            getattr(self, name).copy_(state[name])
+
 
 def per_sample(k: Coefficients) -> Coefficients:
     """Members' (N,) settings shaped for PPO.loss on (N, B) samples: the clip ranges bound each
@@ -140,17 +187,18 @@ class MemberStep:
     (N, B) samples with (N, 1) settings, one backward, per-member clipping and Adam. Members whose
     loss or gradient norm is not finite leave `active` and never step again."""
 
-    def __init__(self, algorithm: PPO, stack: Stack, learning_rate: torch.Tensor, max_grad_norm: torch.Tensor,
-                 adam_eps: torch.Tensor):
-        self.algorithm, self.stack = algorithm, stack
-        self.optimizer = MemberAdam(stack.flat, learning_rate, adam_eps)
+    def __init__(self, algorithm: PPO, stack: Stack, optimizer: MemberAdam, max_grad_norm: torch.Tensor):
+        self.algorithm, self.stack, self.optimizer = algorithm, stack, optimizer
         self.max_grad_norm = max_grad_norm
-        self.active = torch.ones(stack.size, dtype=torch.bool, device=learning_rate.device)
+        self.active = torch.ones(stack.size, dtype=torch.bool, device=stack.flat.device)
 
-    def __call__(self, mb: Minibatch, coefficients: Coefficients) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, mb: Minibatch, coefficients: Coefficients,
+                 stepping: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Step on `mb`, whose tensors have a leading member axis (N, B, ...), with per-member
-        `coefficients` (each (N,)); returns each member's STATS (N, 7: PPO's order, grad_norm
-        the norm before clipping) and new ratios (N, B)."""
+        `coefficients` (each (N,)); `stepping` (N,) the members this minibatch is one of theirs
+        (a member whose solo run has fewer minibatches, or has stopped its epochs on
+        train.target_kl, is given padding and does not step). Returns each member's STATS (N, 7:
+        PPO's order, grad_norm the norm before clipping) and new ratios (N, B)."""
         n, rows = mb.advantages.shape
         outputs, new_values = self.stack.forward(mb.obs)
         # log-probabilities row by row: the (N, B) samples as N * B rows and back
@@ -165,6 +213,6 @@ class MemberStep:
         grad = self.stack.flat_grad(losses.sum())
         norms = clip_per_member(grad, self.max_grad_norm)
         self.active &= torch.isfinite(stats).all(1) & torch.isfinite(norms)
-        self.optimizer.step(grad, self.active)
+        self.optimizer.step(grad, self.active if stepping is None else self.active & stepping)
         stats = torch.cat([stats[:, :5], norms[:, None].to(stats.dtype), stats[:, 5:]], dim=1)
         return stats.float(), ratio.detach()

@@ -23,7 +23,9 @@ class Minibatch:
     """Samples of one gradient step: flat (B, ...) samples, or (T, B, ...) row sequences with
     `sequence` = (h0, c0, episode starts) and `weights` (1 for valid steps, 0 for the rest).
     `where`: each sample's flat index in the rollout (steps * rows); `prio`: the importance
-    weights of prioritized draws."""
+    weights of prioritized draws. `padded`: samples of members of a batch, padded to one count
+    (puffer.training.batched), `weights` marking the real ones: statistics are over those alone,
+    as the unpadded samples' would be."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -35,6 +37,7 @@ class Minibatch:
     weights: torch.Tensor | None = None
     sequence: tuple | None = None
     prio: torch.Tensor | None = None
+    padded: bool = False
 
 
 @dataclass

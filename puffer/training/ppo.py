@@ -195,6 +195,11 @@ class PPO(Trainer):
         elif c.norm_adv and advantages.shape[-1] > 1 and weights is None:
             advantages = ((advantages - advantages.mean(-1, keepdim=True))
                           / (advantages.std(-1, keepdim=True) + 1e-8))
+        elif c.norm_adv and mb.padded:  # as the unweighted branch over the real samples
+            count = weights.sum(-1, keepdim=True)
+            centred = advantages - mean(advantages)[..., None]
+            std = ((centred**2 * weights).sum(-1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+            advantages = torch.where(count > 1, centred / (std + 1e-8), advantages)
         elif c.norm_adv and advantages.shape[-1] > 1:
             centred = advantages - mean(advantages)[..., None]
             advantages = centred / (mean(centred**2).sqrt()[..., None] + 1e-8)

@@ -25,6 +25,7 @@ from torch import nn
 
 from puffer.monitor.profiler import Profiler
 from puffer.policies.acting import Acting, episode_starts, restart
+from puffer.policies.distributions import GLOBAL_NOISE, Noise
 from puffer.policies.protocol import is_recurrent
 from puffer.training.reward_scaler import RewardScaler
 from puffer.vector.base import EnvError, Received, rows_of
@@ -77,7 +78,7 @@ class Collector:
 
     def __init__(self, vecenv, policy: nn.Module, rollout: Rollout, seed: int = 0, forward=None,
                  profiler: Profiler | None = None, autocast=None,
-                 reward_scaler: RewardScaler | None = None, on_step=None):
+                 reward_scaler: RewardScaler | None = None, on_step=None, noise: Noise = GLOBAL_NOISE):
         self.vecenv = vecenv
         self.policy = policy
         self.rollout = rollout
@@ -87,7 +88,7 @@ class Collector:
         self.autocast = autocast or contextlib.nullcontext  # e.g. bf16 autocast (runtime.amp)
         self.reward_scaler = reward_scaler  # rewards are stored scaled when given
         self.on_step = on_step  # on_step(t, index, params, value): what an algorithm keeps more
-        self.acting = Acting(policy, vecenv.single_action_space, forward)
+        self.acting = Acting(policy, vecenv.single_action_space, forward, noise)
         self.recurrent = self.acting.recurrent
         N = vecenv.num_rows
         self.state = self.acting.initial_state(N, self.device)  # per row, recurrent policies only
@@ -100,6 +101,7 @@ class Collector:
         # (rows, observations, masks). None until the first reset.
         self._held: list[tuple[slice | np.ndarray, np.ndarray, np.ndarray]] | None = None
         self.episode_stats: dict[str, list[float]] = defaultdict(list)
+        self.episode_envs: dict[str, list[int]] = defaultdict(list)  # the env of each stat
 
     @torch.inference_mode()
     def collect(self) -> None:
@@ -244,11 +246,19 @@ class Collector:
             for key, value in info.items():
                 if key != "env_id" and key != "row":
                     self.episode_stats[key].append(value)
+                    self.episode_envs[key].append(info.get("env_id", 0))
 
     def pop_episode_stats(self) -> dict[str, list[float]]:
         """Episode stats (return, length, ...) of the episodes that ended since the last call."""
         stats, self.episode_stats = self.episode_stats, defaultdict(list)
+        self.episode_envs = defaultdict(list)
         return stats
+
+    def pop_episode_stats_by_env(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """As pop_episode_stats, each stat with the env it came from: {key: (values, env ids)}."""
+        envs = self.episode_envs
+        return {key: (np.asarray(values, dtype=np.float64), np.asarray(envs[key], dtype=np.int64))
+                for key, values in self.pop_episode_stats().items()}
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict | None:

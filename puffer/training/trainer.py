@@ -27,6 +27,7 @@ from puffer.config.schema import AlgorithmConfig, RuntimeConfig
 from puffer.files import checkpoint
 from puffer.loggers.base import Logger
 from puffer.monitor.profiler import Profiler
+from puffer.policies.distributions import GLOBAL_NOISE, Noise
 from puffer.policies.protocol import check_policy, is_recurrent
 from puffer.runtime import distributed, threads
 from puffer.runtime.allocator import retain_freed_memory
@@ -109,6 +110,10 @@ def env_processes(vecenv) -> int:
 class Trainer:
     """Collect a rollout, `update()` from it, log, checkpoint; until train.total_timesteps."""
 
+    # Agents whose rows share the vector env (puffer.training.batched: members of a batch, each
+    # with vecenv.num_rows / agents rows): steps and epochs count one agent's steps.
+    agents: int = 1
+
     def __init__(self, config: AlgorithmConfig, vecenv, policy: nn.Module, device: str = "cpu",
                  seed: int = 0, runtime: RuntimeConfig | None = None, logger: Logger | None = None,
                  run_dir: str | Path | None = None, full_config: dict | None = None, progress=None,
@@ -128,7 +133,7 @@ class Trainer:
         # Called with the trainer after each epoch is logged, before its checkpoint (e.g. the
         # training videos of eval.video_interval).
         self.epoch_hooks = list(epoch_hooks)
-        self.optimizer = make_optimizer(policy, config.optimizer, config.learning_rate, config.adam_eps)
+        self.optimizer = self.make_optimizer()
         check_policy(policy)
         self.recurrent = is_recurrent(policy)
         self.forward = torch.compile(self.policy) if runtime.compile and not self.recurrent else self.policy
@@ -147,27 +152,28 @@ class Trainer:
         T, N = config.num_steps, vecenv.num_rows
         self.batch_size = T * N  # this rank's samples per rollout
         self.threads = threads.plan(
-            policy, vecenv.single_observation_space,
+            self.agent_policy(), vecenv.single_observation_space,
             minibatch_rows=math.ceil(self.batch_size / config.num_minibatches),
             rollout_rows=vecenv.rows_per_batch, env_processes=env_processes(vecenv),
             torch_threads=runtime.torch_threads, rollout_threads=runtime.rollout_threads,
             device=str(self.device))
         log.info("%s", self.threads.describe())
-        self.steps_per_epoch = self.batch_size * self.world.world_size
+        self.steps_per_epoch = self.batch_size * self.world.world_size // self.agents
         self.num_epochs = math.ceil(config.total_timesteps / self.steps_per_epoch)
         if self.num_epochs * self.steps_per_epoch != config.total_timesteps:
             epochs = f"{self.num_epochs} whole epoch{'s' if self.num_epochs > 1 else ''}"
             ranks = f" x {self.world.world_size} ranks" if self.world.world_size > 1 else ""
             log.info("train.total_timesteps=%d: training %d steps, %s of %d (num_steps %d x %d rows%s)",
                      config.total_timesteps, self.num_epochs * self.steps_per_epoch, epochs,
-                     self.steps_per_epoch, T, N, ranks)
+                     self.steps_per_epoch, T, N // self.agents, ranks)
         self.rollout = Rollout(T, N, vecenv.single_observation_space, vecenv.action_shape,
                                vecenv.action_dtype, self.device, policy)
         reward_scaler = (RewardScaler(N, config.gamma, config.reward_clip)
                          if config.norm_reward else None)
         self.collector = Collector(vecenv, self.policy, self.rollout, seed=seed, forward=self.forward,
                                    profiler=self.profiler, autocast=self.autocast,
-                                   reward_scaler=reward_scaler, on_step=self.record_step)
+                                   reward_scaler=reward_scaler, on_step=self.record_step,
+                                   noise=self.sampling_noise())
         self.epoch = 0
         self.epoch_end_step = 0  # the global step at the end of the last completed epoch
         self.train_seconds = 0.0  # wall time spent training, over every resume (the model card's)
@@ -183,16 +189,30 @@ class Trainer:
         self.save_requested = False
         self.stop_requested: str | None = None
 
+    # -- what a batch of agents (puffer.training.batched) replaces -----------------------------
+    def make_optimizer(self):
+        """The optimizer of train.optimizer over the policy's parameters."""
+        c = self.config
+        return make_optimizer(self.policy, c.optimizer, c.learning_rate, c.adam_eps)
+
+    def agent_policy(self) -> nn.Module:
+        """One agent's policy, whose forward pass measures the work (the thread plan)."""
+        return self.policy
+
+    def sampling_noise(self) -> Noise:
+        """Where the collector's action sampling draws its random numbers."""
+        return GLOBAL_NOISE
+
     # -- rollout -----------------------------------------------------------------------------
     @property
     def global_step(self) -> int:
         """Actions sent to the envs so far (agent steps), by every rank together (the ranks
-        step in lockstep, a rollout each per epoch)."""
-        return self.collector.steps * self.world.world_size
+        step in lockstep, a rollout each per epoch); of one agent where several share the envs."""
+        return self.collector.steps * self.world.world_size // self.agents
 
     @global_step.setter
     def global_step(self, value: int) -> None:
-        self.collector.steps = value // self.world.world_size
+        self.collector.steps = value * self.agents // self.world.world_size
 
     def collect(self) -> None:
         """Fill `self.rollout` with num_steps steps of every row (puffer.training.rollout.Collector)."""

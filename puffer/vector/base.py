@@ -63,6 +63,27 @@ def action_dtype(space: spaces.Space) -> np.dtype:
     return np.dtype(np.float32)
 
 
+class SeedShifted:
+    """A creator whose env takes `shift` more than its vector env's seed: member k of a batch
+    whose envs are rows [k * E, (k + 1) * E) of one vector env seeded 0 gets shift seed_k - k * E,
+    so its env i starts from seed_k + i, as in member k's solo run. Picklable (workers build it)."""
+
+    def __init__(self, creator: Callable, shift: int):
+        self.creator, self.shift = creator, shift
+
+    def __call__(self, *args, **kwargs) -> PufferEnv:
+        env = self.creator(*args, **kwargs)
+        env.seed_shift = self.shift
+        return env
+
+
+def member_creators(creator: Callable, seeds: Sequence[int], envs_per_member: int) -> list[SeedShifted]:
+    """One creator per env of a batch of members: member k's `envs_per_member` envs, seeded from
+    seeds[k] as its solo run's (in a vector env seeded 0)."""
+    return [SeedShifted(creator, seed - k * envs_per_member)
+            for k, seed in enumerate(seeds) for _ in range(envs_per_member)]
+
+
 def check_puffer_env(env: Any, index: int) -> PufferEnv:
     if not isinstance(env, PufferEnv):
         raise TypeError(
@@ -97,7 +118,7 @@ class EnvGroup:
     def reset(self, seed: int | None) -> list[dict]:
         infos = []
         for offset, env in enumerate(self.envs):
-            env_seed = None if seed is None else seed + self.first + offset
+            env_seed = None if seed is None else seed + self.first + offset + env.seed_shift
             infos += self._tag(offset, self._call(offset, "reset", env.reset, env_seed)[1])
         return infos
 

@@ -1,0 +1,145 @@
+"""What hydra/launcher=members does (its class is hydra_plugins.puffer_launcher.members's, where
+Hydra looks for launchers): a multirun's jobs grouped by what members of a batch must share
+(puffer.batch.batch_key), each group trained as batches of at most max_members in one process.
+
+Every job first gets the directory and the `.hydra/` files a job of the basic launcher gets
+(Hydra's own run_job, with a task that only notes where); then its members (the job's seed, or
+its trial_seeds) train in the batch and write there as solo runs do; its return value is the
+objective a solo job returns (puffer.__main__.objective), so Optuna's sweeper and the report read
+a batched multirun as any other. A group that cannot train as a batch (an LSTM policy, say) runs
+job by job, as the basic launcher would, with the reason in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
+from omegaconf import DictConfig, open_dict
+
+log = logging.getLogger("puffer.cli.launcher")
+
+
+@dataclass
+class Job:
+    """One job of the sweep: its composed config (with hydra), and once its directory is made,
+    its task config, directory and what Hydra's run_job returned."""
+
+    number: int
+    config: DictConfig
+    task: DictConfig | None = None
+    directory: Path | None = None
+    result: JobReturn | None = None
+    members: list[tuple[DictConfig, Path, list[str]]] = field(default_factory=list)
+
+
+def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+    from puffer.batch import batch_key
+
+    setup_globals()
+    config, context = launcher.config, launcher.hydra_context
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for number, overrides in enumerate(job_overrides, initial_job_idx):
+        sweep_config = context.config_loader.load_sweep_config(config, list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = sweep_config.hydra.job.num = number
+        jobs.append(Job(number, sweep_config))
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        task = job.config.copy()
+        with open_dict(task):
+            del task["hydra"]
+        groups.setdefault(batch_key(task), []).append(job)
+    log.info("Launching %d jobs as %d batches of members (or more where a batch would have more than %d)",
+             len(jobs), len(groups), launcher.max_members)
+    for group in groups.values():
+        run_group(launcher, group)
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    return [job.result for job in jobs]
+
+
+def run_group(launcher, jobs: list[Job]) -> None:
+    """The jobs' directories, then their members trained as batches of at most max_members (or,
+    when they cannot be a batch, job by job)."""
+    from puffer.batch import check_members
+    from puffer.errors import ConfigError
+
+    for job in jobs:
+        prepare(launcher, job)
+    members = [member for job in jobs for member in job.members]
+    try:
+        check_members([cfg for cfg, _, _ in members])
+    except ConfigError as exc:
+        log.warning("jobs %s run one after another, not as a batch: %s", [job.number for job in jobs], exc)
+        for job in jobs:
+            job.result = run_job(hydra_context=launcher.hydra_context, task_function=launcher.task_function,
+                                 config=job.config, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        return
+    results: list[dict[str, float]] = []
+    for start in range(0, len(members), launcher.max_members):
+        chunk = members[start:start + launcher.max_members]
+        name = str(jobs[0].number) if len(members) <= launcher.max_members else f"{jobs[0].number}_{start}"
+        batch_dir = Path(str(jobs[0].config.hydra.sweep.dir)) / "batches" / name
+        results += train(chunk, batch_dir)
+    finish(jobs, results)
+
+
+def prepare(launcher, job: Job) -> None:
+    """Hydra's run_job for `job` with a task that only notes its config and directory: the
+    directory, its .hydra/ files and its log file, as the basic launcher makes them."""
+
+    def note(task: DictConfig) -> None:
+        job.task, job.directory = task, Path(HydraConfig.get().runtime.output_dir)
+
+    job.result = run_job(hydra_context=launcher.hydra_context, task_function=note, config=job.config,
+                         job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    overrides = list(job.config.hydra.overrides.task)
+    log.info("\t#%d : %s", job.number, " ".join(filter_overrides(overrides)))
+    seeds = job.task.trial_seeds
+    if seeds == 1:
+        job.members = [(job.task, job.directory, overrides)]
+        return
+    for seed in range(job.task.seed, job.task.seed + seeds):  # as puffer.run.run_seeds lays them out
+        member = job.task.copy()
+        member.seed = seed
+        job.members.append((member, job.directory / f"seed_{seed}", [*overrides, f"seed={seed}"]))
+
+
+def train(members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path) -> list[dict[str, float]]:
+    """One batch; a user's error is one line and exit 2, as a solo job's (puffer.__main__)."""
+    from puffer.__main__ import user_errors
+    from puffer.batch import run_batch
+
+    try:
+        return run_batch([m[0] for m in members], [m[1] for m in members], batch_dir, [m[2] for m in members])
+    except user_errors() as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        log.error("%s: %s\n(HYDRA_FULL_ERROR=1 shows the traceback)", type(exc).__name__, exc)
+        sys.exit(2)
+
+
+def finish(jobs: list[Job], results: list[dict[str, float]]) -> None:
+    """Each job's return value from its members' metrics: the objective its solo job returns."""
+    from puffer.__main__ import objective
+
+    found = iter(results)
+    for job in jobs:
+        runs = [next(found) for _ in job.members]
+        job.result.return_value = objective(job.task, runs)
+        job.result.status = JobStatus.COMPLETED

@@ -1,0 +1,292 @@
+"""A batch of agents trained as one: N members of one architecture, each learning as its solo run
+would, in one process, one vector env and one learner step (issue 43).
+
+On the small policies most RL research trains, a run is almost all per-op overhead, paid once per
+op whatever the tensors' size: the members' envs are one vector env (member k's rows grouped
+together), their policies one stacked forward (puffer.training.members.StackedPolicy), their
+minibatch steps one backward and one optimizer step (puffer.training.members.MemberStep).
+
+What each member keeps of its own, as its solo run with its seed has it: its first weights, its
+envs' seeds (puffer.vector.base.member_creators), its action-sampling stream (`MemberNoise`,
+the global generator's state after its solo run built its policy), its minibatch shuffling
+stream, advantage normalisation and every mean of the loss, gradient-norm clipping, Adam, the
+learning-rate and clip schedules, early stopping on train.target_kl, its episode statistics, its
+settings among `MEMBER_KEYS`. A member whose loss or gradient goes non-finite is stopped alone,
+its weights put back to the last completed epoch's.
+
+What lives here: `BatchedPPO`, `MemberNoise`, `member_minibatches`, `MEMBER_KEYS` and
+`check_batchable`. What does not: building the members from configs and writing their job
+directories (puffer.batch), the stacked forward and the step (puffer.training.members).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict
+from typing import Any
+
+import torch
+from torch import nn
+
+from puffer.config.schema import TrainConfig
+from puffer.errors import ConfigError
+from puffer.policies.distributions import Noise
+from puffer.training.members import MemberAdam, MemberStep, StackedPolicy
+from puffer.training.minibatches import Minibatch
+from puffer.training.optim import lr_scale
+from puffer.training.ppo import PPO, STATS, Coefficients
+from puffer.training.trainer import NonFiniteError
+
+log = logging.getLogger(__name__)
+
+# The train.* settings members of one batch may differ in: floats that change no shape and no
+# loop. Every other train.* key must be equal within a batch.
+MEMBER_KEYS = ("learning_rate", "ent_coef", "vf_coef", "clip_coef", "vf_clip_coef", "gamma", "gae_lambda",
+               "max_grad_norm", "adam_eps", "target_kl")
+
+# Settings a batch cannot yet give each member its own of, with why (a run asking for them trains solo).
+UNBATCHABLE = {
+    "norm_reward": "the reward scaler keeps one running statistic over all rows",
+    "vtrace": "V-trace recomputes advantages from ratios between epochs",
+    "prioritized": "prioritized draws sample across all rows",
+}
+
+
+def check_batchable(configs: list[TrainConfig], recurrent: bool = False) -> None:
+    """ConfigError naming the key unless `configs` can train as members of one batch: equal in
+    every train.* key but MEMBER_KEYS, Adam, feed-forward, none of UNBATCHABLE."""
+    first = asdict(configs[0])
+    for k, config in enumerate(configs[1:], 1):
+        for key, value in asdict(config).items():
+            if key not in MEMBER_KEYS and value != first[key]:
+                raise ConfigError(f"train.{key}: members of one batch must share it (member 0 has {first[key]!r}, "
+                                  f"member {k} {value!r}); they may differ in {', '.join(MEMBER_KEYS)}")
+    for key, why in UNBATCHABLE.items():
+        if first.get(key):
+            raise ConfigError(f"train.{key}=true cannot train in a batch of members ({why}); expected "
+                              f"train.{key}=false, or a launcher other than hydra/launcher=members")
+    if first["optimizer"] != "adam":
+        raise ConfigError(f"train.optimizer={first['optimizer']!r}: members train with Adam only (their "
+                          "optimizer is one stacked Adam); expected train.optimizer=adam")
+    if recurrent:
+        raise ConfigError("an LSTM policy cannot train in a batch of members yet (its sequences' minibatches "
+                          "are not stacked per member); expected a feed-forward policy, or a launcher "
+                          "other than hydra/launcher=members")
+
+
+class MemberNoise(Noise):
+    """Each member's rows drawn from its own generator: member k's E rows (k * E onwards) from
+    `generators[k]`, in the order its solo run would draw them from torch's global generator."""
+
+    def __init__(self, generators: list[torch.Generator]):
+        self.generators = generators
+
+    def _fill(self, like: torch.Tensor, draw) -> torch.Tensor:
+        out = torch.empty_like(like)
+        for generator, rows in zip(self.generators, out.chunk(len(self.generators)), strict=True):
+            draw(rows, generator)
+        return out
+
+    def exponential(self, like: torch.Tensor) -> torch.Tensor:
+        return self._fill(like, lambda rows, g: rows.exponential_(generator=g))
+
+    def normal(self, like: torch.Tensor) -> torch.Tensor:
+        return self._fill(like, lambda rows, g: rows.normal_(generator=g))
+
+
+def by_member(x: torch.Tensor, members: int) -> torch.Tensor:
+    """Rollout tensor (T, N * E, ...) -> (N, T * E, ...): member k's steps in its solo run's
+    flat order (step-major)."""
+    T, rows = x.shape[:2]
+    return x.view(T, members, rows // members, *x.shape[2:]).transpose(0, 1).reshape(
+        members, T * (rows // members), *x.shape[2:])
+
+
+def member_minibatches(valid: torch.Tensor, num_minibatches: int, generators: list[torch.Generator],
+                       drawing: list[bool]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One epoch's minibatches of every member, each as its solo run draws them (its valid
+    samples shuffled by its generator, cut in pieces of ceil(n / num_minibatches)), padded to
+    one size: (positions (J, N, B) into each member's flat samples, weights (J, N, B): 1 for a
+    real sample, `stepping` (J, N): whether minibatch j is one of member k's). Members not
+    `drawing` (stopped on train.target_kl) draw nothing and step in none."""
+    members = valid.shape[0]
+    found = [row.nonzero().squeeze(-1) for row in valid]
+    sizes = [max(1, math.ceil(len(index) / num_minibatches)) for index in found]
+    counts = [math.ceil(len(index) / size) if draw else 0
+              for index, size, draw in zip(found, sizes, drawing, strict=True)]
+    J, B = max(max(counts), 1), max(sizes)
+    positions = torch.zeros((J, members, B), dtype=torch.long, device=valid.device)
+    weights = torch.zeros((J, members, B), device=valid.device)
+    for k, (index, size, count) in enumerate(zip(found, sizes, counts, strict=True)):
+        if not count:
+            continue
+        order = torch.randperm(len(index), generator=generators[k]).to(valid.device)
+        drawn = index[order]
+        for j in range(count):
+            part = drawn[j * size:(j + 1) * size]
+            positions[j, k, :len(part)] = part
+            weights[j, k, :len(part)] = 1.0
+    stepping = torch.tensor([[j < count for count in counts] for j in range(J)], device=valid.device)
+    return positions, weights, stepping
+
+
+class BatchedPPO(PPO):
+    """PPO for N members at once over one vector env of N * E envs (rows grouped by member).
+
+    `configs[k]`: member k's train settings (equal but for MEMBER_KEYS); `policies[k]`: its
+    first weights; `seeds[k]`: its seed (minibatch shuffling); `sampling_states[k]`: the global
+    generator's state of its solo run when it starts collecting (action sampling). Metrics and
+    `last_metrics` hold a list of N values for each per-member key."""
+
+    def __init__(self, configs: list[TrainConfig], vecenv, policies: list[nn.Module], seeds: list[int],
+                 sampling_states: list[torch.Tensor], device: str = "cpu", **kwargs):
+        check_batchable(configs)
+        self.agents = len(configs)
+        if vecenv.num_rows % self.agents:
+            raise ValueError(f"{vecenv.num_rows} rows do not split into {self.agents} members")
+        self.member_configs, self.seeds = configs, list(seeds)
+        self.torch_device = torch.device(device)
+        on = {"device": self.torch_device}
+        self.settings = {key: torch.tensor([float("nan") if getattr(c, key) is None else float(getattr(c, key))
+                                            for c in configs], **on) for key in MEMBER_KEYS}
+        self.noise = MemberNoise([_generator(state, self.torch_device) for state in sampling_states])
+        self.shuffles = [torch.Generator().manual_seed(seed) for seed in seeds]
+        policy = StackedPolicy([p.to(self.torch_device) for p in policies])
+        super().__init__(configs[0], vecenv, policy, device=device, seed=seeds[0], **kwargs)
+        self.rows_per_member = vecenv.num_rows // self.agents
+        self.member_step = MemberStep(self, policy.stack, self.optimizer, self.settings["max_grad_norm"])
+        self.stopped_at: dict[int, int] = {}  # member -> the epoch its loss went non-finite
+
+    # -- what the trainer asks of an algorithm -------------------------------------------------
+    def make_optimizer(self) -> MemberAdam:
+        s = self.settings
+        return MemberAdam(self.policy.stack.flat, s["learning_rate"].clone(), s["adam_eps"])
+
+    def agent_policy(self) -> nn.Module:
+        return self.policy.template
+
+    def sampling_noise(self) -> Noise:
+        return self.noise
+
+    def compute_advantages(self, ratio: torch.Tensor | None = None) -> None:
+        """GAE with each member's gamma and gae_lambda over its rows."""
+        from puffer.training.advantage import gae
+
+        per_row = {key: self.settings[key].repeat_interleave(self.rows_per_member) for key in ("gamma", "gae_lambda")}
+        gae(self.rollout, self.advantages, per_row["gamma"], per_row["gae_lambda"])
+
+    # -- learning ----------------------------------------------------------------------------
+    def update(self) -> dict[str, Any]:
+        c, r, n = self.config, self.rollout, self.agents
+        self.compute_advantages()
+        progress = self.epoch / self.num_epochs
+        s = self.settings
+        self.optimizer.lr.copy_(s["learning_rate"] * (lr_scale(c.lr_schedule, progress) if c.anneal_lr else 1.0))
+        clip = s["clip_coef"] * (1 - progress) if c.anneal_clip else s["clip_coef"]
+        coefficients = Coefficients(clip, s["vf_clip_coef"], s["ent_coef"], s["vf_coef"])
+        valid = by_member(r.valid, n)
+        data = [by_member(x, n) for x in (r.obs, r.actions, r.logprobs, r.values, self.advantages)]
+        obs, actions, logprobs, values, advantages = data
+        returns = advantages + values
+        members = torch.arange(n, device=self.device)[:, None]
+        sums = torch.zeros((n, len(STATS)), dtype=torch.float64, device=self.device)
+        counts = torch.zeros(n, dtype=torch.float64, device=self.device)
+        drawing = [k not in self.stopped_at for k in range(n)]
+        was_active = self.member_step.active.clone()
+        for _ in range(c.update_epochs):
+            if not any(drawing):
+                break
+            positions, weights, stepping = member_minibatches(valid, c.num_minibatches, self.shuffles, drawing)
+            last_kl = torch.zeros(n, device=self.device)
+            for j in range(positions.shape[0]):
+                where = positions[j]
+                mb = Minibatch(obs[members, where], actions[members, where], logprobs[members, where],
+                               values[members, where], advantages[members, where], returns[members, where],
+                               where=where, weights=weights[j], padded=True)
+                stats, _ = self.member_step(mb, coefficients, stepping[j])
+                taken = stepping[j] & self.member_step.active
+                sums += torch.where(taken[:, None], stats.double(), 0.0)
+                counts += taken
+                last_kl = torch.where(stepping[j], stats[:, STATS.index("approx_kl")], last_kl)
+            if not torch.isnan(s["target_kl"]).all():
+                over = (last_kl > s["target_kl"]).tolist()  # (nan: no target, never over)
+                drawing = [d and not o for d, o in zip(drawing, over, strict=True)]
+        self.stop_diverged(was_active)
+        return self.update_metrics(sums, counts, valid, values, advantages, clip)
+
+    def stop_diverged(self, was_active: torch.Tensor) -> None:
+        """Members whose loss or gradient went non-finite in this update: their weights and Adam
+        state put back to the last completed epoch's, named in the log; the rest train on."""
+        stopped = (was_active & ~self.member_step.active).nonzero().flatten().tolist()
+        if not stopped:
+            return
+        before = self.completed.restored(self.learning_state())
+        with torch.no_grad():
+            for k in stopped:
+                self.policy.stack.flat[k] = before["policy"]["flat"][k]
+                for name in ("exp_avg", "exp_avg_sq", "steps"):
+                    getattr(self.optimizer, name)[k] = before["optimizer"][name][k]
+                self.stopped_at[k] = self.epoch
+                log.warning("member %d (seed %d) stopped in epoch %d: its loss or gradient is not finite; "
+                            "its weights of epoch %d are kept and the other members train on",
+                            k, self.seeds[k], self.epoch + 1, self.epoch)
+        if len(self.stopped_at) == self.agents:
+            raise NonFiniteError(f"every member's loss or gradient is not finite at epoch {self.epoch + 1}; "
+                                 "lower train.learning_rate or train.max_grad_norm")
+
+    def update_metrics(self, sums, counts, valid, values, advantages, clip) -> dict[str, Any]:
+        """train/* of each member: its STATS averaged over its own steps, its explained variance."""
+        means = (sums / counts.clamp(min=1)[:, None]).float()
+        means[counts == 0] = float("nan")
+        metrics = {f"train/{name}": means[:, i] for i, name in enumerate(STATS)}
+        weights = valid.float()
+        returns = advantages + values
+        metrics["train/explained_variance"] = 1 - _masked_var(returns - values, weights) / _masked_var(returns, weights)
+        metrics["train/learning_rate"] = self.optimizer.lr
+        metrics["train/clip_coef"] = clip
+        return {key: [float(v) for v in value.tolist()] for key, value in metrics.items()}
+
+    def _episode_metrics(self) -> dict[str, Any]:
+        """env/* of each member (nan where none of its episodes ended this epoch)."""
+        metrics = {}
+        for key, (values, envs) in self.collector.pop_episode_stats_by_env().items():
+            member = envs // (self.rows_per_member // self.vecenv.agents_per_env)
+            metrics[f"env/{key}"] = [float(values[member == k].mean()) if (member == k).any() else float("nan")
+                                     for k in range(self.agents)]
+        return metrics
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def rank_state(self) -> dict:
+        state = super().rank_state()
+        state["members"] = {"shuffles": [g.get_state() for g in self.shuffles],
+                            "noise": [g.get_state() for g in self.noise.generators],
+                            "active": self.member_step.active.clone(), "stopped_at": dict(self.stopped_at)}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        members = state["members"]
+        for generator, saved in zip(self.shuffles + self.noise.generators, members["shuffles"] + members["noise"],
+                                    strict=True):
+            generator.set_state(saved)
+        self.member_step.active.copy_(members["active"])
+        self.stopped_at = dict(members["stopped_at"])
+
+    def member_policy(self, k: int) -> nn.Module:
+        """Member k's policy as a module of its own (its model file, its evaluation)."""
+        return self.policy.member(k)
+
+
+def _generator(state: torch.Tensor, device: torch.device) -> torch.Generator:
+    generator = torch.Generator(device)
+    generator.set_state(state)
+    return generator
+
+
+def _masked_var(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each row's variance over its weighted samples (unbiased, as torch.var), nan below 2."""
+    count = weights.sum(-1)
+    mean = (x * weights).sum(-1) / count.clamp(min=1)
+    var = (((x - mean[:, None]) ** 2) * weights).sum(-1) / (count - 1).clamp(min=1)
+    return torch.where(count > 1, var, float("nan"))

@@ -1,0 +1,160 @@
+"""A batch of members trains each as its solo run would (puffer.training.batched, puffer.batch):
+member k's first rollout is a solo run's with seed k step for step, its first update's losses
+equal the solo run's to float tolerance, a member that diverges stops alone, and a multirun
+through hydra/launcher=members leaves the job directories a solo multirun leaves."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import puffer
+from puffer.batch import build_trainer, check_members, make_member_vecenv, train_batch
+from puffer.build import make_env_creator, make_policy, make_vecenv
+from puffer.errors import ConfigError
+from puffer.loggers.base import read_metrics
+from puffer.training.ppo import PPO
+from puffer.training.trainer import seed_everything
+
+SMALL = ("vec.num_envs=2", "train.num_steps=32", "train.num_minibatches=2", "train.update_epochs=2",
+         "policy.hidden_size=16", "runtime.torch_threads=1")
+
+
+def solo(cfg) -> PPO:
+    """The learner `python -m puffer` builds for `cfg` (puffer.run.run's order of seeding)."""
+    seed_everything(cfg.seed)
+    vecenv = make_vecenv(cfg, make_env_creator(cfg), cfg.seed)
+    policy = make_policy(cfg, vecenv)
+    return PPO(OmegaConf.to_object(cfg.train), vecenv, policy, device="cpu", seed=cfg.seed, progress=None)
+
+
+@pytest.mark.parametrize("env", ["classic/cartpole", "classic/pendulum"])
+def test_first_rollout_and_update_equal_solo_runs(make_cfg, env):
+    """Members with seeds 0 and 3 (and their own learning rates and clip ranges): each member's
+    observations, actions and rewards of the first rollout are its solo run's exactly (CartPole;
+    Pendulum's Gaussian actions to float tolerance: the stacked forward's means may differ from
+    a solo forward's in the last bits), and the first update's losses are equal to float
+    tolerance."""
+    overrides = [f"env={env}", *SMALL]
+    cfgs = [make_cfg(*overrides, "seed=0"), make_cfg(*overrides, "seed=3", "train.learning_rate=0.001",
+                                                     "train.clip_coef=0.3", "train.ent_coef=0.02")]
+    vecenv = make_member_vecenv(cfgs)
+    batch = build_trainer(cfgs, vecenv, "cpu")
+    try:
+        batch.collect()
+        batch_metrics = batch.update()
+        for k, cfg in enumerate(cfgs):
+            trainer = solo(cfg)
+            try:
+                trainer.collect()
+                rows = slice(k * 2, (k + 1) * 2)  # member k's 2 envs
+                for name in ("dones", "valid", *(("obs", "actions", "rewards") if env == "classic/cartpole" else ())):
+                    assert torch.equal(getattr(batch.rollout, name)[:, rows], getattr(trainer.rollout, name)), name
+                for name in ("obs", "actions", "rewards"):  # a Gaussian's mean: equal but for the last bits
+                    torch.testing.assert_close(getattr(batch.rollout, name)[:, rows], getattr(trainer.rollout, name))
+                torch.testing.assert_close(batch.rollout.logprobs[:, rows], trainer.rollout.logprobs)
+                torch.testing.assert_close(batch.rollout.values[:, rows], trainer.rollout.values)
+                metrics = trainer.update()
+                for key in ("train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl",
+                            "train/grad_norm", "train/clip_coef", "train/learning_rate"):
+                    assert batch_metrics[key][k] == pytest.approx(metrics[key], rel=1e-4, abs=1e-6), key
+                torch.testing.assert_close(batch.policy.stack.flat[k],
+                                           torch.cat([p.detach().flatten() for p in trainer.policy.parameters()]),
+                                           rtol=1e-4, atol=1e-6)
+            finally:
+                trainer.vecenv.close()
+    finally:
+        vecenv.close()
+
+
+def test_a_diverging_member_stops_alone(make_cfg):
+    """Member 1 with train.learning_rate=1e30 goes non-finite: it alone stops, its weights put
+    back to a finite epoch's; the others never see a non-finite value, their first epoch's
+    losses are those of a batch without it, and they train to the end. (At 1e6 the tanh
+    network's outputs stay bounded: it learns nonsense but nothing overflows.)"""
+    overrides = ["env=classic/cartpole", *SMALL, "train.total_timesteps=320"]
+    cfgs = [make_cfg(*overrides, "seed=0"), make_cfg(*overrides, "seed=1", "train.learning_rate=1e30",
+                                                     "train.max_grad_norm=1e9"),
+            make_cfg(*overrides, "seed=2")]
+    calm = [cfgs[0], cfgs[2]]
+    first_epochs = []
+    for group in (cfgs, calm):
+        vecenv = make_member_vecenv(group)
+        try:
+            trainer = build_trainer(group, vecenv, "cpu")
+            trainer.collect()
+            first_epochs.append(trainer.update())
+            trainer.train()  # the rest of the budget
+            assert torch.isfinite(trainer.policy.stack.flat).all()
+            others = [0, 2] if len(group) == 3 else [0, 1]
+            for key in ("train/loss", "train/grad_norm", "env/episode_return"):
+                assert all(math.isfinite(trainer.last_metrics[key][k]) for k in others), key
+            if len(group) == 3:
+                assert list(trainer.stopped_at) == [1]
+                assert trainer.member_step.active.tolist() == [True, False, True]
+                assert trainer.epoch == trainer.num_epochs  # the others trained to the end
+        finally:
+            vecenv.close()
+    with_it, without = first_epochs
+    for key in ("train/policy_loss", "train/value_loss", "train/grad_norm"):
+        assert with_it[key][0] == pytest.approx(without[key][0], rel=1e-5)
+        assert with_it[key][2] == pytest.approx(without[key][1], rel=1e-5)
+
+
+def test_batch_refuses_what_it_cannot_give_each_member(make_cfg):
+    base = ["env=classic/cartpole", *SMALL]
+    with pytest.raises(ConfigError, match="train.num_steps"):
+        check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "train.num_steps=64")])
+    with pytest.raises(ConfigError, match="norm_reward"):
+        check_members([make_cfg(*base, "seed=0", "train.norm_reward=true")])
+    with pytest.raises(ConfigError, match="seeds of their own"):
+        check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=0")])
+    with pytest.raises(ConfigError, match="policy"):  # a shape: not a member's own setting
+        check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "policy.hidden_size=32")])
+
+
+def test_train_batch_leaves_each_member_a_solo_run_directory(tmp_path):
+    """puffer.batch.train_batch: each member's directory holds what a solo run's does, its steps
+    counted as its own, and its model file loads as a solo run's."""
+    results = train_batch("env=classic/cartpole", *SMALL, "train.total_timesteps=256", "eval.episodes=2",
+                          seeds=[4, 5], run_dir=tmp_path)
+    assert [r["eval/episodes"] for r in results] == [2, 2]
+    for seed in (4, 5):
+        run_dir = tmp_path / f"seed_{seed}"
+        rows = read_metrics(run_dir / "metrics.jsonl")
+        assert [row["global_step"] for row in rows if "train/loss" in row] == [64, 128, 192, 256]
+        assert OmegaConf.load(run_dir / "config.yaml").seed == seed
+        agent = puffer.load(run_dir)
+        assert agent.config["seed"] == seed
+        assert any("eval/return_mean" in row for row in rows)
+    assert list((tmp_path / "batch" / "checkpoints").glob("epoch_*.pt"))
+
+
+def test_members_launcher_groups_jobs_and_writes_their_directories(tmp_path):
+    """`-m hydra/launcher=members seed=0,1 policy.hidden_size=8,16`: two batches (the widths
+    differ in shape), four job directories as the basic launcher's, and the report reads them."""
+    sweep = tmp_path / "multirun"
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "seed=0,1", "policy.hidden_size=8,16",
+            *SMALL[:4], "train.total_timesteps=128", "eval.episodes=1", f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "as 2 batches" in result.stdout + result.stderr
+    assert sorted(p.name for p in (sweep / "batches").iterdir()) == ["0", "1"]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3", "batches"]
+    for job in range(4):
+        job_dir = sweep / str(job)
+        assert (job_dir / ".hydra" / "overrides.yaml").is_file()
+        assert (job_dir / "model.safetensors").is_file()
+        last = read_metrics(job_dir / "metrics.jsonl")[-1]
+        assert math.isfinite(last["eval/return_mean"])
+    table = subprocess.run([sys.executable, "-m", "puffer.report", str(sweep)], capture_output=True, text=True,
+                           timeout=300)
+    assert table.returncode == 0, table.stderr
+    text = (sweep / "report.md").read_text()
+    assert "policy.hidden_size=8" in text and "policy.hidden_size=16" in text
+    assert text.count("| 2 |") >= 2  # two seeds of each width

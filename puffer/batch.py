@@ -21,10 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 import puffer
 from puffer.agent import Agent
 from puffer.build import check, make_env_creator, make_logger, make_policy, make_vecenv
+from puffer.config.resume import check_resumable
 from puffer.config.validate import resolve_device
 from puffer.errors import ConfigError
 from puffer.evaluation.runs import final_evaluation
-from puffer.files import model_file, trust
+from puffer.files import checkpoint, model_file, trust
 from puffer.loggers.base import Logger
 from puffer.monitor.profiler import Profiler
 from puffer.monitor.progress import ProgressReporter, env_name
@@ -107,7 +108,7 @@ class MemberScoreWatch:
 
 
 def check_members(cfgs: list[DictConfig]) -> None:
-    """ConfigError unless `cfgs` can train as one batch: mode=train, no resume, equal but in
+    """ConfigError unless `cfgs` can train as one batch: mode=train, equal but in
     MEMBER_CONFIG_KEYS, a vector env stepping all envs at once, train settings batchable."""
     for cfg in cfgs:
         check(cfg)
@@ -115,8 +116,6 @@ def check_members(cfgs: list[DictConfig]) -> None:
     first = cfgs[0]
     if first.mode.name != "train":
         raise ConfigError(f"mode={first.mode.name}: a batch of members trains (mode=train); expected mode=train")
-    if first.resume:
-        raise ConfigError(f"resume={first.resume!r}: a batch of members cannot resume yet; expected no resume=")
     if first.vec.backend == "auto" or (first.vec.envs_per_batch not in (None, first.vec.num_envs)):
         raise ConfigError(f"vec.backend={first.vec.backend}, vec.envs_per_batch={first.vec.envs_per_batch}: "
                           "members' envs step all at once; expected vec.backend=serial, multiprocessing or "
@@ -148,10 +147,31 @@ def run_batch(cfgs: list[DictConfig], run_dirs: list[str | Path], batch_dir: str
             os.close(HELD_RUN_DIRS.pop(key))
 
 
+def resumed_state(cfgs: list[DictConfig]) -> dict | None:
+    """The batch checkpoint that resume= names (a batch's directory or one of its checkpoints),
+    checked to be a batch of these members (their seeds, in order) and of these settings."""
+    first = cfgs[0]
+    if not first.resume:
+        return None
+    path, state = checkpoint.load(first.resume, map_location="cpu", trust_code=first.trust_code)
+    check_resumable(path, state, first)
+    seeds = [int(cfg.seed) for cfg in cfgs]
+    saved = (state.get("members") or {}).get("seeds")
+    if saved is None:
+        raise ConfigError(f"resume={first.resume!r}: {path} is a solo run's checkpoint; a batch resumes from a "
+                          "batch's (<sweep dir>/batches/<n>, or the run_dir/batch of puffer.train_batch)")
+    if saved != seeds:
+        raise ConfigError(f"resume={first.resume!r}: {path} holds members with seeds {saved}, this batch has "
+                          f"{seeds}; pass the seeds it was trained with")
+    log.info("resuming the batch from %s at epoch %d", path, state["epoch"])
+    return state
+
+
 def _run_batch(cfgs: list[DictConfig], run_dirs: list[Path], batch_dir: Path,
                overrides: list[list[str]] | None) -> list[dict[str, float]]:
     check_members(cfgs)
     trust.user_key()
+    resume = resumed_state(cfgs)
     overrides = overrides or [[] for _ in cfgs]
     first, n = cfgs[0], len(cfgs)
     for cfg, run_dir in zip(cfgs, run_dirs, strict=True):
@@ -162,12 +182,15 @@ def _run_batch(cfgs: list[DictConfig], run_dirs: list[Path], batch_dir: Path,
     vecenv = make_member_vecenv(cfgs)
     logger = progress = None
     try:
-        loggers = [make_logger(cfg, run_dir, o) for cfg, run_dir, o in zip(cfgs, run_dirs, overrides, strict=True)]
+        loggers = [make_logger(cfg, run_dir, o, alongside=True)
+                   for cfg, run_dir, o in zip(cfgs, run_dirs, overrides, strict=True)]
         logger = MemberLoggers(loggers)
         progress = ProgressReporter(f"{env_name(first)} x {n} members", interval=first.runtime.log_interval)
         scores = MemberScoreWatch(env_score(first), n)
         trainer = build_trainer(cfgs, vecenv, device, logger=logger, run_dir=batch_dir, progress=progress,
                                 epoch_hooks=[scores])
+        if resume is not None:
+            trainer.load_state_dict(resume)
         log.info("training %d members (seeds %s) as one batch: %d envs", n, trainer.seeds, vecenv.num_envs)
         metrics = train_until_done(trainer, False, batch_dir)
         progress.close()

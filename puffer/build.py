@@ -124,13 +124,15 @@ def describe_policy(policy: torch.nn.Module) -> str:
     return f"{' > '.join(layers)}{reading}, {count:,} parameters"
 
 
-def make_logger(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> Logger:
+def make_logger(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None, alongside: bool = False) -> Logger:
+    """metrics.jsonl and the backends of logger.backends; `alongside`: other runs of this process
+    log at the same time (the members of a batch: one W&B run each)."""
     loggers: list[Logger] = [JsonlLogger(run_dir / "metrics.jsonl")]
     config = OmegaConf.to_container(cfg, resolve=True)
     if "wandb" in cfg.logger.backends:
         from puffer.loggers.wandb import WandbLogger
 
-        loggers.append(WandbLogger(cfg.logger, run_dir, config, **run_identity(cfg, overrides)))
+        loggers.append(WandbLogger(cfg.logger, run_dir, config, **run_identity(cfg, overrides), alongside=alongside))
     if "tensorboard" in cfg.logger.backends:
         from puffer.loggers.tensorboard import TensorBoardLogger
 

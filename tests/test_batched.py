@@ -5,18 +5,24 @@ through hydra/launcher=members leaves the job directories a solo multirun leaves
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 import torch
+from conftest import wait_for_epochs
 from omegaconf import OmegaConf
+from wandb_records import finished_run_records
 
 import puffer
 from puffer.batch import build_trainer, check_members, make_member_vecenv, train_batch
 from puffer.build import make_env_creator, make_policy, make_vecenv
 from puffer.errors import ConfigError
+from puffer.files import checkpoint
 from puffer.loggers.base import read_metrics
 from puffer.training.ppo import PPO
 from puffer.training.trainer import seed_everything
@@ -120,9 +126,10 @@ def test_batch_refuses_what_it_cannot_give_each_member(make_cfg):
 
 def test_train_batch_leaves_each_member_a_solo_run_directory(tmp_path):
     """puffer.batch.train_batch: each member's directory holds what a solo run's does, its steps
-    counted as its own, and its model file loads as a solo run's."""
+    counted as its own, its model file loads as a solo run's, and it has a W&B run of its own
+    (open beside the others'), grouped as its solo run would be, holding its own metrics."""
     results = train_batch("env=classic/cartpole", *SMALL, "train.total_timesteps=256", "eval.episodes=2",
-                          seeds=[4, 5], run_dir=tmp_path)
+                          "logger=wandb", seeds=[4, 5], run_dir=tmp_path)
     assert [r["eval/episodes"] for r in results] == [2, 2]
     for seed in (4, 5):
         run_dir = tmp_path / f"seed_{seed}"
@@ -132,6 +139,13 @@ def test_train_batch_leaves_each_member_a_solo_run_directory(tmp_path):
         agent = puffer.load(run_dir)
         assert agent.config["seed"] == seed
         assert any("eval/return_mean" in row for row in rows)
+        records = finished_run_records(run_dir)
+        (run,) = [r.run for r in records if r.HasField("run")]
+        assert run.display_name.endswith(f"seed={seed}") and "seed" not in run.run_group
+        history = [{(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item}
+                   for r in records if r.HasField("history")]
+        logged = [h["train/loss"] for h in history if "train/loss" in h]
+        assert logged == pytest.approx([row["train/loss"] for row in rows if "train/loss" in row])
     assert list((tmp_path / "batch" / "checkpoints").glob("epoch_*.pt"))
 
 
@@ -158,3 +172,50 @@ def test_members_launcher_groups_jobs_and_writes_their_directories(tmp_path):
     text = (sweep / "report.md").read_text()
     assert "policy.hidden_size=8" in text and "policy.hidden_size=16" in text
     assert text.count("| 2 |") >= 2  # two seeds of each width
+
+
+def test_a_resumed_batch_continues_bit_for_bit(tmp_path):
+    """A batch resumed from its epoch-2 checkpoint ends with the weights, optimizer state and
+    metrics of the batch that ran through: its envs, generators and each member's state resume."""
+    overrides = ["env=classic/cartpole", *SMALL, "train.total_timesteps=256", "runtime.checkpoint_interval=2",
+                 "eval.episodes=1"]
+    train_batch(*overrides, seeds=[0, 1], run_dir=tmp_path / "whole")
+    middle = tmp_path / "whole" / "batch" / "checkpoints" / "epoch_000002.pt"
+    train_batch(*overrides, f"resume={middle}", seeds=[0, 1], run_dir=tmp_path / "resumed")
+    finals = [checkpoint.read(tmp_path / run / "batch" / "checkpoints" / "epoch_000004.pt", "the test", "cpu")
+              for run in ("whole", "resumed")]
+    for part in ("policy", "optimizer"):
+        for key, value in finals[0][part].items():
+            assert torch.equal(value, finals[1][part][key]), (part, key)
+    for seed in (0, 1):
+        rows = [[row for row in read_metrics(tmp_path / run / f"seed_{seed}" / "metrics.jsonl") if "train/loss" in row]
+                for run in ("whole", "resumed")]
+        assert [r["train/loss"] for r in rows[0][2:]] == [r["train/loss"] for r in rows[1]]
+        assert [r["global_step"] for r in rows[1]] == [192, 256]
+    with pytest.raises(ConfigError, match="seeds"):
+        train_batch(*overrides, f"resume={middle}", seeds=[1, 0], run_dir=tmp_path / "other")
+
+
+def test_sigterm_saves_every_member_and_the_batch_resumes(tmp_path):
+    """SIGTERM to a members multirun (envs in worker processes) ends the epoch, saves the batch's
+    checkpoint with its envs, exits 130; resume= of that checkpoint trains on from its step."""
+    sweep = tmp_path / "multirun"
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "seed=0,1", "vec=multiprocessing",
+            *SMALL, "train.total_timesteps=10000000", "runtime.log_interval=0", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    wait_for_epochs(proc, sweep / "0", timeout=180)
+    os.killpg(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    (saved,) = (sweep / "batches" / "0" / "checkpoints").glob("epoch_*.pt")
+    state = checkpoint.read(saved)
+    assert state["global_step"] == state["epoch"] * 64  # a member's steps, at an epoch's end
+    assert state["members"]["seeds"] == [0, 1]
+    assert state["rollout"]["env_state"]["backend"] == "multiprocessing"
+    steps = (state["epoch"] + 1) * 64
+    train_batch("vec=multiprocessing", *SMALL, f"train.total_timesteps={steps}", "eval.episodes=1",
+                f"resume={saved}", seeds=[0, 1], run_dir=tmp_path / "resumed")
+    for seed in (0, 1):
+        rows = [r for r in read_metrics(tmp_path / "resumed" / f"seed_{seed}" / "metrics.jsonl") if "train/loss" in r]
+        assert [r["global_step"] for r in rows] == [steps]

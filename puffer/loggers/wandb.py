@@ -34,8 +34,10 @@ def pick_mode(mode: str | None) -> str:
 
 
 class WandbLogger(Logger):
-    def __init__(self, cfg, run_dir: Path, config: dict, name: str, tags: list[str], group: str, job_type: str):
-        """`name`, `tags`, `group` and `job_type`: the run's identity (puffer.build.run_identity)."""
+    def __init__(self, cfg, run_dir: Path, config: dict, name: str, tags: list[str], group: str, job_type: str,
+                 alongside: bool = False):
+        """`name`, `tags`, `group` and `job_type`: the run's identity (puffer.build.run_identity).
+        `alongside`: other runs of this process stay open beside it (the members of a batch)."""
         import wandb
 
         self.failed = False
@@ -45,8 +47,8 @@ class WandbLogger(Logger):
             project=cfg.project, entity=cfg.entity, group=group[:128], job_type=job_type,
             tags=list(dict.fromkeys(tag[:64] for tag in tags)), name=name, config=config, dir=str(run_dir),
             # Hydra's basic launcher runs multirun jobs in one process: never merge into the
-            # previous job's run.
-            reinit="finish_previous",
+            # previous job's run; members of a batch log at once, each to its own run.
+            reinit="create_new" if alongside else "finish_previous",
         )
         mode = pick_mode(cfg.mode)
         try:

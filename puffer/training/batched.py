@@ -259,7 +259,7 @@ class BatchedPPO(PPO):
     # -- checkpoints -------------------------------------------------------------------------
     def rank_state(self) -> dict:
         state = super().rank_state()
-        state["members"] = {"shuffles": [g.get_state() for g in self.shuffles],
+        state["members"] = {"seeds": self.seeds, "shuffles": [g.get_state() for g in self.shuffles],
                             "noise": [g.get_state() for g in self.noise.generators],
                             "active": self.member_step.active.clone(), "stopped_at": dict(self.stopped_at)}
         return state

@@ -120,8 +120,6 @@ def check_members(cfgs: list[DictConfig]) -> None:
         raise ConfigError(f"vec.backend={first.vec.backend}, vec.envs_per_batch={first.vec.envs_per_batch}: "
                           "members' envs step all at once; expected vec.backend=serial, multiprocessing or "
                           "ray and no vec.envs_per_batch")
-    if len({cfg.seed for cfg in cfgs}) < len(cfgs):
-        raise ConfigError(f"seed: members of one batch need seeds of their own, got {[cfg.seed for cfg in cfgs]}")
     shared = shared_settings(first)
     for k, cfg in enumerate(cfgs[1:], 1):
         theirs = shared_settings(cfg)
@@ -265,6 +263,8 @@ def train_batch(*overrides: str, seeds: list[int], run_dir: str | Path | None = 
 
     from puffer.config import CONF_DIR
 
+    if len(set(seeds)) < len(seeds):
+        raise ConfigError(f"seeds={seeds}: each member's directory is named by its seed; expected seeds of their own")
     run_dir = Path(run_dir or Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))
     cfgs = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -118,8 +118,6 @@ def test_batch_refuses_what_it_cannot_give_each_member(make_cfg):
         check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "train.num_steps=64")])
     with pytest.raises(ConfigError, match="norm_reward"):
         check_members([make_cfg(*base, "seed=0", "train.norm_reward=true")])
-    with pytest.raises(ConfigError, match="seeds of their own"):
-        check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=0")])
     with pytest.raises(ConfigError, match="policy"):  # a shape: not a member's own setting
         check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "policy.hidden_size=32")])
 
@@ -219,3 +217,21 @@ def test_sigterm_saves_every_member_and_the_batch_resumes(tmp_path):
     for seed in (0, 1):
         rows = [r for r in read_metrics(tmp_path / "resumed" / f"seed_{seed}" / "metrics.jsonl") if "train/loss" in r]
         assert [r["global_step"] for r in rows] == [steps]
+
+
+def test_an_optuna_search_runs_its_trials_as_members(tmp_path):
+    """+sweep=ppo_optuna through the members launcher: each launch of n_jobs trials trains as
+    batches (trials sharing train.num_steps in one), and Optuna's best value is the best
+    trial's evaluation, as with the basic launcher."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    sweep = tmp_path / "search"
+    args = [sys.executable, "-m", "puffer", "-m", "+sweep=ppo_optuna", "hydra/launcher=members",
+            "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=4", *SMALL[:1], *SMALL[2:4],
+            "train.total_timesteps=512", "eval.episodes=2", f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    returns = [read_metrics(sweep / str(job) / "metrics.jsonl")[-1]["eval/return_mean"] for job in range(4)]
+    batches = list((sweep / "batches").iterdir())
+    assert 1 <= len(batches) < 4  # at least two trials shared a batch (3 choices of num_steps)
+    best = OmegaConf.load(sweep / "optimization_results.yaml").best_value
+    assert best == pytest.approx(max(returns))

@@ -6,15 +6,16 @@ beside SB3 + rl-baselines3-zoo's settings; the final returns with intervals.
                           [--reference sb3|none] [--out DIR] [puffer overrides ...]
 
 Rows, each timed from its processes' start to their end (training and the final evaluation):
-- `puffer members`: the N seeds as one batch (puffer.batch.train_batch: what
-  `python -m puffer -m hydra/launcher=members seed=0,...` runs), one process, its own threads.
+- `puffer members, vec=...`: the N seeds as one batch (puffer.batch.train_batch: what
+  `python -m puffer -m hydra/launcher=members seed=0,...` runs), one process, its own threads;
+  once with the shipped vec.backend (serial) and once with vec=multiprocessing (--members-vec).
 - `puffer one seed`: seed 0 alone, the unit of the issue's targets (the batch against one run).
 - `puffer solo x N`: the N seeds as separate `puffer.train` runs, --jobs at a time, one thread each
   (--solo none skips it).
 - `SB3 + zoo x N`: SB3 PPO with the zoo's settings (bench/learn_suite.py), --jobs at a time, one
   thread each (needs `pip install -e ".[bench]"`; --reference none skips it).
-Columns: wall seconds; that time in units of one puffer seed; the row's time over the members
-batch's (how much longer the study takes that way); agent steps per second (all seeds' steps
+Columns: wall seconds; that time in units of one puffer seed; the row's time over the faster
+members batch's (how much longer the study takes that way); agent steps per second (all seeds' steps
 over the wall time); the final return (10 held-out episodes of puffer's protocol per seed,
 deterministic), mean and Student's t 95% interval over seeds; seeds at the env's score.
 Check `uptime` first: every row shares the machine, so run nothing else beside it.
@@ -113,6 +114,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="separate runs at once")
     parser.add_argument("--solo", choices=["all", "none"], default="all")
     parser.add_argument("--reference", choices=["sb3", "none"], default="sb3")
+    parser.add_argument("--members-vec", nargs="+", default=["vec=serial", "vec=multiprocessing"],
+                        help="the members batch once with each (its N x vec.num_envs envs step in this process, "
+                             "or in worker processes on the other cores)")
     parser.add_argument("--out", default="outputs/study")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
@@ -121,8 +125,9 @@ def main() -> None:
     seeds = list(range(args.seeds))
     env_id = SUITE[args.env][0] if args.env in SUITE else args.env
     score = THRESHOLDS.get(env_id)
-    rows = {"puffer members": timed("members", args.env, [seeds], out, args.overrides, 1, None),
-            "puffer one seed": timed("solo", args.env, [[0]], out / "one", args.overrides, 1, None)}
+    rows = {f"puffer members, {vec}": timed("members", args.env, [seeds], out / vec.replace("=", "-"),
+                                            [*args.overrides, vec], 1, None) for vec in args.members_vec}
+    rows["puffer one seed"] = timed("solo", args.env, [[0]], out / "one", args.overrides, 1, None)
     if args.solo == "all":
         rows[f"puffer solo x {args.seeds}, {args.jobs} at a time"] = timed(
             "solo", args.env, [[s] for s in seeds], out, args.overrides, args.jobs, 1)
@@ -130,7 +135,7 @@ def main() -> None:
         rows[f"SB3 + zoo x {args.seeds}, {args.jobs} at a time"] = timed(
             "sb3", args.env, [[s] for s in seeds], out, [], args.jobs, 1)
     one = rows["puffer one seed"][0]
-    batch = rows["puffer members"][0]
+    batch = min(rows[f"puffer members, {vec}"][0] for vec in args.members_vec)
     steps = budget(args.env, args.overrides)  # one seed's training steps, as puffer composes them
     table = []
     for name, (wall, returns) in rows.items():

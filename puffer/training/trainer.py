@@ -151,12 +151,12 @@ class Trainer:
         self.world = distributed.context()
         T, N = config.num_steps, vecenv.num_rows
         self.batch_size = T * N  # this rank's samples per rollout
-        self.threads = threads.plan(
+        self.threads = self.adjusted_threads(threads.plan(
             self.agent_policy(), vecenv.single_observation_space,
             minibatch_rows=math.ceil(self.batch_size / config.num_minibatches),
             rollout_rows=vecenv.rows_per_batch, env_processes=env_processes(vecenv),
             torch_threads=runtime.torch_threads, rollout_threads=runtime.rollout_threads,
-            device=str(self.device))
+            device=str(self.device)))
         log.info("%s", self.threads.describe())
         self.steps_per_epoch = self.batch_size * self.world.world_size // self.agents
         self.num_epochs = math.ceil(config.total_timesteps / self.steps_per_epoch)
@@ -202,6 +202,10 @@ class Trainer:
     def sampling_noise(self) -> Noise:
         """Where the collector's action sampling draws its random numbers."""
         return GLOBAL_NOISE
+
+    def adjusted_threads(self, plan: threads.ThreadPlan) -> threads.ThreadPlan:
+        """The thread plan this trainer uses, from the one its policy's FLOPs give."""
+        return plan
 
     # -- rollout -----------------------------------------------------------------------------
     @property

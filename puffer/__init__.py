@@ -32,17 +32,34 @@ def train(*overrides: str, run_dir=None):
     """`python -m puffer <overrides>` from Python; returns the metrics, run directory and agent
     (puffer.run.train). The CLI's checks come first: a mistake is one ConfigError with its fix
     (a typo of a key is never a Hydra traceback, and its `+key` form never a run that ignores it)."""
+    from puffer.run import train as _train
+
+    _check_command(overrides)
+    return _train(*overrides, run_dir=run_dir)
+
+
+def _check_command(overrides) -> None:
+    """The CLI's checks of a command line, as one ConfigError."""
     from puffer.cli import extras
     from puffer.cli import overrides as command_line
     from puffer.envs.catalog import check_env_choices
     from puffer.errors import ConfigError
-    from puffer.run import train as _train
 
     args = list(overrides)  # in the CLI's order: the env's name first (with its nearest names)
     problem = check_env_choices(args) or extras.missing(args) or command_line.check(args)
     if problem is not None:
         raise ConfigError(problem)
-    return _train(*overrides, run_dir=run_dir)
+
+
+def train_batch(*overrides: str, seeds, run_dir=None) -> list[dict]:
+    """`train` for several seeds as the members of one batch, in this process (puffer.batch):
+    member k in <run_dir>/seed_<seeds[k]> as its solo run, the batch's checkpoints in
+    <run_dir>/batch; each member's final metrics, in the order of `seeds`. The CLI's checks
+    come first, as for `train`."""
+    from puffer.batch import train_batch as _train_batch
+
+    _check_command(overrides)
+    return _train_batch(*overrides, seeds=list(seeds), run_dir=run_dir)
 
 
 def load(path, device: str = "cpu", trust_code: bool = False):

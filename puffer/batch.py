@@ -24,6 +24,7 @@ from puffer.build import check, make_env_creator, make_logger, make_policy, make
 from puffer.config.resume import check_resumable
 from puffer.config.validate import resolve_device
 from puffer.errors import ConfigError
+from puffer.evaluation.protocol import evaluate_members
 from puffer.evaluation.runs import final_evaluation
 from puffer.files import checkpoint, model_file, trust
 from puffer.loggers.base import Logger
@@ -34,6 +35,7 @@ from puffer.run import (
     HELD_RUN_DIRS,
     ScoreWatch,
     check_objective_score,
+    close_run,
     command_text,
     env_score,
     prepare_run_dir,
@@ -193,16 +195,13 @@ def _run_batch(cfgs: list[DictConfig], run_dirs: list[Path], batch_dir: Path,
         metrics = train_until_done(trainer, False, batch_dir)
         progress.close()
         vecenv.close()
+        evaluations = member_evaluations(trainer, cfgs, device)
         return [finish_member(trainer, k, cfgs[k], run_dirs[k], loggers[k], overrides[k],
                               {key: value[k] if isinstance(value, list) else value for key, value in metrics.items()},
-                              scores.watches[k], device)
+                              scores.watches[k], device, None if evaluations is None else evaluations[k])
                 for k in range(n)]
     finally:
-        if progress is not None:
-            progress.close()
-        vecenv.close()
-        if logger is not None:
-            logger.close()
+        close_run(progress, vecenv, logger)
 
 
 def make_member_vecenv(cfgs: list[DictConfig]):
@@ -233,10 +232,31 @@ def build_trainer(cfgs: list[DictConfig], vecenv, device: str, **kwargs) -> Batc
                       profiler=Profiler(device), **kwargs)
 
 
+def member_evaluations(trainer: BatchedPPO, cfgs: list[DictConfig], device: str) -> list[dict[str, float]] | None:
+    """Every member's final evaluation at once (puffer.evaluation.protocol.evaluate_members: the
+    deterministic policy, then the stochastic one), where the protocol asks nothing of one member
+    alone: no video, no window, no games against random play, an env of one episode per env.
+    None otherwise (each member is then evaluated as its solo run is)."""
+    first = cfgs[0]
+    settings = first.eval
+    if (settings.episodes == 0 or settings.video or settings.watch or "module" in first.env
+            or trainer.vecenv.driver_env.independent_rows):
+        return None
+    seeds = [int(cfg.seed) for cfg in cfgs]
+    creator = make_env_creator(first, evaluation=True)
+    results = [{} for _ in cfgs]
+    for deterministic, prefix in ((True, "eval/"), (False, "eval/stochastic_")):
+        for k, result in enumerate(evaluate_members(trainer.policy, creator, settings.episodes, seeds, device,
+                                                    deterministic=deterministic, max_episode_steps=settings.max_steps)):
+            results[k].update({f"{prefix}{key}": value for key, value in result.items()})
+    return results
+
+
 def finish_member(trainer: BatchedPPO, k: int, cfg: DictConfig, run_dir: Path, logger: Logger,
                   overrides: list[str], metrics: dict[str, float], score: ScoreWatch,
-                  device: str) -> dict[str, float]:
-    """Member k's model file and final evaluation in its run directory, as its solo run leaves them."""
+                  device: str, evaluation: dict[str, float] | None) -> dict[str, float]:
+    """Member k's model file and final evaluation (`evaluation`, done with the others', or its
+    own now) in its run directory, as its solo run leaves them."""
     policy = trainer.member_policy(k)
     metrics.update(score.metrics(trainer))
     training = {"global_step": trainer.global_step, "epoch": trainer.epoch,
@@ -244,8 +264,10 @@ def finish_member(trainer: BatchedPPO, k: int, cfg: DictConfig, run_dir: Path, l
                 "puffer_version": puffer.__version__, "batch_members": trainer.agents}
     Agent.from_env(policy, trainer.vecenv.driver_env, saved_config_of(cfg), training=training).save(
         run_dir / model_file.NAME)
-    metrics.update(final_evaluation(cfg.eval, cfg.seed, policy, make_env_creator(cfg, evaluation=True), device,
-                                    run_dir, logger, game="module" in cfg.env))
+    if evaluation is None:
+        evaluation = final_evaluation(cfg.eval, cfg.seed, policy, make_env_creator(cfg, evaluation=True), device,
+                                      run_dir, logger, game="module" in cfg.env)
+    metrics.update(evaluation)
     evaluation = {key: v for key, v in metrics.items() if key.startswith("eval/") or key in (
         "perf/score", "perf/scored", "perf/time_to_score_s", "perf/steps_to_score")}
     if evaluation:

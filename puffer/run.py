@@ -231,13 +231,19 @@ def _run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None) -> d
             last_lines(run_dir, finished=False)
         raise
     finally:
-        if progress is not None:
-            progress.close()
-        vecenv.close()
-        if logger is not None:
-            logger.close()
+        close_run(progress, vecenv, logger)
         if ctx.enabled:
             distributed.shutdown()
+
+
+def close_run(progress, vecenv, logger) -> None:
+    """What a run holds open, closed whichever way it ends (the dashboard first, then the envs'
+    workers, then the loggers); those not made yet are None."""
+    if progress is not None:
+        progress.close()
+    vecenv.close()
+    if logger is not None:
+        logger.close()
 
 
 def save_model_instead(save_model, trainer: Trainer, failure: CheckpointError) -> None:

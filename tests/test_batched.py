@@ -22,6 +22,7 @@ import puffer
 from puffer.batch import build_trainer, check_members, make_member_vecenv, train_batch
 from puffer.build import make_env_creator, make_policy, make_vecenv
 from puffer.errors import ConfigError
+from puffer.evaluation.protocol import evaluate, evaluate_members
 from puffer.files import checkpoint
 from puffer.loggers.base import read_metrics
 from puffer.training.ppo import PPO
@@ -39,13 +40,13 @@ def solo(cfg) -> PPO:
     return PPO(OmegaConf.to_object(cfg.train), vecenv, policy, device="cpu", seed=cfg.seed, progress=None)
 
 
-@pytest.mark.parametrize("env", ["classic/cartpole", "classic/pendulum"])
+@pytest.mark.parametrize("env", ["classic/cartpole", "classic/pendulum", "classic/acrobot"])
 def test_first_rollout_and_update_equal_solo_runs(make_cfg, env):
     """Members with seeds 0 and 3 (and their own learning rates and clip ranges): each member's
     observations, actions and rewards of the first rollout are its solo run's exactly (CartPole;
     Pendulum's Gaussian actions to float tolerance: the stacked forward's means may differ from
     a solo forward's in the last bits), and the first update's losses are equal to float
-    tolerance."""
+    tolerance, as are its running observation statistics after it (Acrobot's norm_obs)."""
     overrides = [f"env={env}", *SMALL]
     cfgs = [make_cfg(*overrides, "seed=0"), make_cfg(*overrides, "seed=3", "train.learning_rate=0.001",
                                                      "train.clip_coef=0.3", "train.ent_coef=0.02")]
@@ -54,12 +55,13 @@ def test_first_rollout_and_update_equal_solo_runs(make_cfg, env):
     try:
         batch.collect()
         batch_metrics = batch.update()
+        batch.update_obs_stats()
         for k, cfg in enumerate(cfgs):
             trainer = solo(cfg)
             try:
                 trainer.collect()
                 rows = slice(k * 2, (k + 1) * 2)  # member k's 2 envs
-                for name in ("dones", "valid", *(("obs", "actions", "rewards") if env == "classic/cartpole" else ())):
+                for name in ("dones", "valid", *(("obs", "actions", "rewards") if env != "classic/pendulum" else ())):
                     assert torch.equal(getattr(batch.rollout, name)[:, rows], getattr(trainer.rollout, name)), name
                 for name in ("obs", "actions", "rewards"):  # a Gaussian's mean: equal but for the last bits
                     torch.testing.assert_close(getattr(batch.rollout, name)[:, rows], getattr(trainer.rollout, name))
@@ -72,6 +74,9 @@ def test_first_rollout_and_update_equal_solo_runs(make_cfg, env):
                 torch.testing.assert_close(batch.policy.stack.flat[k],
                                            torch.cat([p.detach().flatten() for p in trainer.policy.parameters()]),
                                            rtol=1e-4, atol=1e-6)
+                trainer.update_obs_stats()  # Acrobot's policy.norm_obs: each member's own statistics
+                for name, value in trainer.policy.named_buffers():
+                    torch.testing.assert_close(batch.policy.stack.buffers[name][k], value)
             finally:
                 trainer.vecenv.close()
     finally:
@@ -116,8 +121,8 @@ def test_batch_refuses_what_it_cannot_give_each_member(make_cfg):
     base = ["env=classic/cartpole", *SMALL]
     with pytest.raises(ConfigError, match="train.num_steps"):
         check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "train.num_steps=64")])
-    with pytest.raises(ConfigError, match="norm_reward"):
-        check_members([make_cfg(*base, "seed=0", "train.norm_reward=true")])
+    with pytest.raises(ConfigError, match="vtrace"):
+        check_members([make_cfg(*base, "seed=0", "train.vtrace=true")])
     with pytest.raises(ConfigError, match="policy"):  # a shape: not a member's own setting
         check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "policy.hidden_size=32")])
 
@@ -126,8 +131,8 @@ def test_train_batch_leaves_each_member_a_solo_run_directory(tmp_path):
     """puffer.batch.train_batch: each member's directory holds what a solo run's does, its steps
     counted as its own, its model file loads as a solo run's, and it has a W&B run of its own
     (open beside the others'), grouped as its solo run would be, holding its own metrics."""
-    results = train_batch("env=classic/cartpole", *SMALL, "train.total_timesteps=256", "eval.episodes=2",
-                          "logger=wandb", seeds=[4, 5], run_dir=tmp_path)
+    results = puffer.train_batch("env=classic/cartpole", *SMALL, "train.total_timesteps=256", "eval.episodes=2",
+                                 "logger=wandb", seeds=[4, 5], run_dir=tmp_path)
     assert [r["eval/episodes"] for r in results] == [2, 2]
     for seed in (4, 5):
         run_dir = tmp_path / f"seed_{seed}"
@@ -235,3 +240,19 @@ def test_an_optuna_search_runs_its_trials_as_members(tmp_path):
     assert 1 <= len(batches) < 4  # at least two trials shared a batch (3 choices of num_steps)
     best = OmegaConf.load(sweep / "optimization_results.yaml").best_value
     assert best == pytest.approx(max(returns))
+
+
+def test_members_are_evaluated_together_as_each_alone(make_cfg):
+    """evaluate_members: each member's deterministic evaluation is the one `evaluate` gives its
+    policy alone (the same episodes, seeds and returns)."""
+    cfgs = [make_cfg("env=classic/cartpole", *SMALL, f"seed={seed}") for seed in (0, 7)]
+    vecenv = make_member_vecenv(cfgs)
+    try:
+        trainer = build_trainer(cfgs, vecenv, "cpu")
+        creator = make_env_creator(cfgs[0], evaluation=True)
+        together = evaluate_members(trainer.policy, creator, 5, [0, 7], num_envs=2)
+        for k, seed in enumerate((0, 7)):
+            alone = evaluate(trainer.member_policy(k), creator, 5, seed, num_envs=2)
+            assert together[k] == alone
+    finally:
+        vecenv.close()

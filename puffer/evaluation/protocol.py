@@ -61,55 +61,97 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
     statistics are NaN. `recorder_factory(env)`, given, records the first eval env's episodes,
     `recorded_episodes` of them (that env plays at least as many)
     (a puffer.evaluation.video.EpisodeRecorder)."""
-    returns, lengths = [], []
     with eval_envs(env_creator, episodes, num_envs, seed + EVAL_SEED_OFFSET) as vec, threads.using(
             threads.inference_threads(policy, vec.single_observation_space, vec.num_rows)):
         # An episode slot is an env, or a row of a native env whose rows are separate episodes.
         rows = vec.agents_per_env if vec.driver_env.independent_rows else 1
         quotas = episode_quotas(episodes, vec.num_envs * rows,
                                 first=recorded_episodes if recorder_factory is not None else 0)
-        done_count = np.zeros_like(quotas)
-        episode_steps = np.zeros_like(quotas)  # steps of each slot's current episode
-        truncated = 0
-        acting = Acting(policy, vec.single_action_space)
-        vec.async_reset()
-        received = vec.recv()
         recorder = recorder_factory(vec.envs[0]) if recorder_factory is not None else None
+        played = play(Acting(policy, vec.single_action_space), vec, quotas, rows, device, deterministic,
+                      max_episode_steps, recorder)
+    return summary(played, episodes, max_episode_steps)
+
+
+@torch.inference_mode()
+def evaluate_members(policy: torch.nn.Module, env_creator, episodes: int, seeds: list[int],
+                     device: str | torch.device = "cpu", deterministic: bool = True, num_envs: int = 8,
+                     max_episode_steps: int = 100_000) -> list[dict[str, float]]:
+    """`evaluate` for the N members of a batch at once (puffer.training.batched): `policy` acts
+    for N groups of rows (a puffer.training.members.StackedPolicy), member k's envs seeded as its own evaluation's
+    (seeds[k] + EVAL_SEED_OFFSET + i), each playing its quota of episodes; member k's results
+    are those `evaluate` gives its policy alone (the same episodes; the stochastic policy's
+    draws come from one generator). Envs whose rows are separate episodes are not batched here."""
+    from puffer.vector.base import member_creators
+
+    n, per_member = len(seeds), max(1, min(num_envs, episodes))
+    creators = member_creators(env_creator, [seed + EVAL_SEED_OFFSET for seed in seeds], per_member)
+    # (the threads for one member's policy over every member's rows: the same work)
+    with Serial(creators, num_envs=n * per_member, seed=0) as vec, threads.using(
+            threads.inference_threads(policy.template, vec.single_observation_space, vec.num_rows)):
+        quotas = np.tile(episode_quotas(episodes, per_member), n)
+        played = play(Acting(policy, vec.single_action_space), vec, quotas, 1, device, deterministic,
+                      max_episode_steps, None)
+    returns, slots, lengths, cut = played
+    member = np.asarray(slots, dtype=np.int64) // per_member
+    return [summary((np.asarray(returns)[member == k], None, np.asarray(lengths)[member == k],
+                     cut[k * per_member:(k + 1) * per_member]), episodes, max_episode_steps) for k in range(n)]
+
+
+def play(acting: Acting, vec, quotas: np.ndarray, rows: int, device, deterministic: bool, max_episode_steps: int,
+         recorder) -> tuple[list[float], list[int], list[int], np.ndarray]:
+    """Step `vec` with `acting` until every episode slot has played its quota: (returns, the
+    slot of each, their lengths, the episodes cut at max_episode_steps in each slot)."""
+    returns, slots, lengths = [], [], []
+    done_count = np.zeros_like(quotas)
+    episode_steps = np.zeros_like(quotas)  # steps of each slot's current episode
+    truncated = np.zeros_like(quotas)
+    vec.async_reset()
+    received = vec.recv()
+    if recorder is not None:
+        recorder.frame()
+    recurrent = acting.recurrent
+    state = acting.initial_state(vec.num_rows, device)
+    prev_done = before_done = np.zeros(vec.num_rows, dtype=bool)
+    while (done_count < quotas).any():
+        obs_t = torch.from_numpy(received.obs).to(device)
+        # a recurrent state restarts where training's does (puffer.policies.acting)
+        starts = (torch.from_numpy(episode_starts(prev_done, before_done, received.masks)).to(device)
+                  if recurrent else None)
+        params, _, state = acting.outputs(obs_t, state, starts)
+        action, _ = acting.choose(params, deterministic)
+        vec.send(acting.to_env(action))
+        received = vec.recv()
         if recorder is not None:
             recorder.frame()
-        recurrent = acting.recurrent
-        state = acting.initial_state(vec.num_rows, device)
-        prev_done = before_done = np.zeros(vec.num_rows, dtype=bool)
-        while (done_count < quotas).any():
-            obs_t = torch.from_numpy(received.obs).to(device)
-            # a recurrent state restarts where training's does (puffer.policies.acting)
-            starts = (torch.from_numpy(episode_starts(prev_done, before_done, received.masks)).to(device)
-                      if recurrent else None)
-            params, _, state = acting.outputs(obs_t, state, starts)
-            action, _ = acting.choose(params, deterministic)
-            vec.send(acting.to_env(action))
-            received = vec.recv()
-            if recorder is not None:
-                recorder.frame()
-            if recurrent:
-                before_done, prev_done = prev_done, received.terminals | received.truncations
-            episode_steps += 1
-            for info in received.infos:
-                slot = info["env_id"] * rows + info.get("row", 0)
-                if "episode_return" in info:
-                    if slot == 0 and recorder is not None:
-                        recorder.end_episode()
-                    episode_steps[slot] = 0
-                    if done_count[slot] < quotas[slot]:
-                        done_count[slot] += 1
-                        returns.append(info["episode_return"])
-                        lengths.append(info["episode_length"])
-            cut = (episode_steps >= max_episode_steps) & (done_count < quotas)
-            if cut[0] and recorder is not None:  # the recorded episode was cut: keep what it has
-                recorder.end_episode()
-            if cut.any():
-                truncated += int((quotas - done_count)[cut].sum())
-                done_count[cut] = quotas[cut]
+        if recurrent:
+            before_done, prev_done = prev_done, received.terminals | received.truncations
+        episode_steps += 1
+        for info in received.infos:
+            slot = info["env_id"] * rows + info.get("row", 0)
+            if "episode_return" in info:
+                if slot == 0 and recorder is not None:
+                    recorder.end_episode()
+                episode_steps[slot] = 0
+                if done_count[slot] < quotas[slot]:
+                    done_count[slot] += 1
+                    returns.append(info["episode_return"])
+                    slots.append(slot)
+                    lengths.append(info["episode_length"])
+        cut = (episode_steps >= max_episode_steps) & (done_count < quotas)
+        if cut[0] and recorder is not None:  # the recorded episode was cut: keep what it has
+            recorder.end_episode()
+        if cut.any():
+            truncated[cut] += (quotas - done_count)[cut]
+            done_count[cut] = quotas[cut]
+    return returns, slots, lengths, truncated
+
+
+def summary(played: tuple, episodes: int, max_episode_steps: int) -> dict[str, float]:
+    """The statistics `evaluate` returns from what `play` gave (returns, slots, lengths, cut
+    episodes per slot)."""
+    returns, _, lengths, cut = played
+    truncated = int(np.sum(cut))
     if truncated:
         log.warning("evaluation: %d of %d episodes reached eval.max_steps=%d steps and were cut "
                     "(no return counted for them)", truncated, episodes, max_episode_steps)

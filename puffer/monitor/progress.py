@@ -34,6 +34,8 @@ def snapshot(trainer) -> dict:
     """The numbers both views show, from the trainer's latest metrics (of a batch of members:
     their mean, puffer.training.batched)."""
     m = {key: _mean(value) for key, value in trainer.last_metrics.items()}
+    returns = trainer.last_metrics.get("env/episode_return")
+    lowest = _lowest(returns) if isinstance(returns, list) else None
     total = trainer.num_epochs * trainer.steps_per_epoch
     sps = m.get("perf/sps", 0.0)
     return {
@@ -43,6 +45,7 @@ def snapshot(trainer) -> dict:
         "sections": {name: m.get(f"perf/{name}_pct", 0.0) for name in SECTIONS},
         "losses": {name: m.get(f"train/{name}", float("nan")) for name in LOSSES},
         "return": m.get("env/episode_return", float("nan")),
+        "lowest": lowest,  # a batch of members: (the lowest member return, that member)
         "length": m.get("env/episode_length", float("nan")),
         "machine": machine_line(m) if "perf/cpu_main_pct" in m else None,
         "others": m.get("perf/cpu_others_pct", 0.0),
@@ -55,6 +58,19 @@ def _mean(value):
         return value
     found = [v for v in value if math.isfinite(v)]
     return sum(found) / len(found) if found else float("nan")
+
+
+def _lowest(values: list[float]) -> tuple[float, int] | None:
+    found = [(v, k) for k, v in enumerate(values) if math.isfinite(v)]
+    return min(found) if found else None
+
+
+def returns_text(s: dict, digits: int) -> str:
+    """The return shown: one run's, or a batch's mean with its lowest member's."""
+    text = number(s["return"], digits)
+    if s.get("lowest") is not None:
+        text += f" (lowest {number(s['lowest'][0], digits)}: member {s['lowest'][1]})"
+    return text
 
 
 def duration(seconds: float) -> str:
@@ -81,7 +97,7 @@ def render(name: str, s: dict) -> Table:
     table.add_row("steps", f"{s['step']:,} / {s['total']:,}   ETA {duration(s['eta'])}")
     table.add_row("SPS", f"{s['sps']:,.0f}")
     table.add_row("epoch", f"{s['epoch']} / {s['epochs']}")
-    table.add_row("episode", f"return {number(s['return'], 2)}   length {number(s['length'], 1)}")
+    table.add_row("episode", f"return {returns_text(s, 2)}   length {number(s['length'], 1)}")
     for section, pct in s["sections"].items():
         table.add_row(section, f"{'#' * round(pct / 2.5):<40} {pct:5.1f}%")
     for loss, value in s["losses"].items():
@@ -94,7 +110,7 @@ def render(name: str, s: dict) -> Table:
 def line(name: str, s: dict) -> str:
     sections = " ".join(f"{k} {v:.0f}%" for k, v in s["sections"].items())
     return (f"{name} | step {s['step']:,}/{s['total']:,} | epoch {s['epoch']}/{s['epochs']} | "
-            f"{s['sps']:,.0f} SPS | ETA {duration(s['eta'])} | return {number(s['return'], 1)} | "
+            f"{s['sps']:,.0f} SPS | ETA {duration(s['eta'])} | return {returns_text(s, 1)} | "
             f"policy_loss {s['losses']['policy_loss']:.3f} value_loss "
             f"{s['losses']['value_loss']:.3f} | {sections}" + (
                 f" | other processes use {s['others']:.0f}% of the CPUs"

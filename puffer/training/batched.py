@@ -34,10 +34,12 @@ from puffer.config.schema import TrainConfig
 from puffer.errors import ConfigError
 from puffer.policies.distributions import Noise
 from puffer.runtime import threads
+from puffer.training.advantage import gae
 from puffer.training.members import MemberAdam, MemberStep, StackedPolicy
 from puffer.training.minibatches import Minibatch
 from puffer.training.optim import lr_scale
 from puffer.training.ppo import PPO, STATS, Coefficients
+from puffer.training.reward_scaler import MemberRewardScalers, RewardScaler
 from puffer.training.trainer import NonFiniteError
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,6 @@ MEMBER_KEYS = ("learning_rate", "ent_coef", "vf_coef", "clip_coef", "vf_clip_coe
 
 # Settings a batch cannot yet give each member its own of, with why (a run asking for them trains solo).
 UNBATCHABLE = {
-    "norm_reward": "the reward scaler keeps one running statistic over all rows",
     "vtrace": "V-trace recomputes advantages from ratios between epochs",
     "prioritized": "prioritized draws sample across all rows",
 }
@@ -168,6 +169,11 @@ class BatchedPPO(PPO):
     def agent_policy(self) -> nn.Module:
         return self.policy.template
 
+    def make_reward_scaler(self) -> MemberRewardScalers:
+        rows = self.vecenv.num_rows // self.agents
+        # (each member's gamma as its config has it: float64 in numpy, as its solo run's scaler)
+        return MemberRewardScalers([RewardScaler(rows, c.gamma, c.reward_clip) for c in self.member_configs], rows)
+
     def sampling_noise(self) -> Noise:
         return self.noise
 
@@ -180,10 +186,17 @@ class BatchedPPO(PPO):
             return plan
         return dataclasses.replace(plan, learn=plan.share)
 
+    def update_obs_stats(self) -> None:
+        """Each member's running observation statistics (a policy with norm_obs) merge its own
+        rows of the rollout, in its solo run's order."""
+        if not hasattr(self.policy.template, "update_obs_stats"):
+            return
+        obs, valid = by_member(self.rollout.obs, self.agents), by_member(self.rollout.valid, self.agents)
+        for k in range(self.agents):
+            self.policy.update_buffers(k, lambda module, k=k: module.update_obs_stats(obs[k][valid[k]]))
+
     def compute_advantages(self, ratio: torch.Tensor | None = None) -> None:
         """GAE with each member's gamma and gae_lambda over its rows."""
-        from puffer.training.advantage import gae
-
         per_row = {key: self.settings[key].repeat_interleave(self.rows_per_member) for key in ("gamma", "gae_lambda")}
         gae(self.rollout, self.advantages, per_row["gamma"], per_row["gae_lambda"])
 

@@ -19,8 +19,9 @@ Each member learns as its solo run would, with nothing shared but the kernels:
   parameters and Adam state keep their last finite values, and the others go on.
 
 What lives here: `Stack` (the stacked parameters, their forward, a member back as a module),
-`clip_per_member`, `MemberAdam` and `MemberStep` (one minibatch step of PPO for every member).
-What does not (yet): collecting the members' rollouts, their envs, checkpoints and the launcher.
+`StackedPolicy` (the stack as one policy module over every member's rows), `clip_per_member`,
+`MemberAdam` and `MemberStep` (one minibatch step of PPO for every member). What does not: the
+members' rollouts, minibatches and loop (puffer.training.batched), their runs (puffer.batch).
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ class StackedPolicy(nn.Module):
 
     @property
     def template(self) -> nn.Module:
-        """A policy of the members' architecture (member 0's first weights)."""
+        """A policy of the members' architecture (its weights member 0's first ones, its
+        buffers those update_buffers last held)."""
         return self._template[0]
 
     def forward(self, obs: torch.Tensor):
@@ -185,6 +187,18 @@ class StackedPolicy(nn.Module):
 
     def member(self, k: int) -> nn.Module:
         return self.stack.member(k, self.template)
+
+    def update_buffers(self, k: int, update) -> None:
+        """`update(module)` on member k's buffers (running statistics such as
+        puffer.policies.normalize.NormalizedPolicy's), through a module of the template's
+        architecture that holds them for the call."""
+        scratch = self._template[0]
+        with torch.no_grad():
+            for name, buffer in scratch.named_buffers():
+                buffer.copy_(self.stack.buffers[name][k])
+            update(scratch)
+            for name, buffer in scratch.named_buffers():
+                self.stack.buffers[name][k].copy_(buffer)
 
     def state_dict(self, *args, **kwargs) -> dict:
         return {"flat": self.stack.flat, **{f"buffers.{name}": value for name, value in self.stack.buffers.items()}}

@@ -64,3 +64,32 @@ class RewardScaler:
         self._synced = self.return_rms.snapshot()
         if returns:
             self.returns.copy_(state["returns"])
+
+
+class MemberRewardScalers:
+    """Members of a batch (puffer.training.batched) each with its own RewardScaler over its rows
+    (member k's the k-th `rows_per_member`): its statistics from its own returns, its gamma."""
+
+    def __init__(self, scalers: list[RewardScaler], rows_per_member: int):
+        self.scalers, self.rows_per_member = scalers, rows_per_member
+        self.num_rows = len(scalers) * rows_per_member
+
+    def sync_ranks(self) -> None:
+        for scaler in self.scalers:
+            scaler.sync_ranks()
+
+    def __call__(self, index, rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        rows = np.arange(self.num_rows)[index]
+        member = rows // self.rows_per_member
+        out = np.empty(len(rows), dtype=np.float32)
+        for k in np.unique(member):
+            mine = member == k
+            out[mine] = self.scalers[k](rows[mine] - k * self.rows_per_member, rewards[mine], dones[mine], valid[mine])
+        return out
+
+    def state_dict(self) -> dict:
+        return {"members": [scaler.state_dict() for scaler in self.scalers]}
+
+    def load_state_dict(self, state: dict, returns: bool = True) -> None:
+        for scaler, saved in zip(self.scalers, state["members"], strict=True):
+            scaler.load_state_dict(saved, returns)

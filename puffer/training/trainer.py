@@ -168,8 +168,7 @@ class Trainer:
                      self.steps_per_epoch, T, N // self.agents, ranks)
         self.rollout = Rollout(T, N, vecenv.single_observation_space, vecenv.action_shape,
                                vecenv.action_dtype, self.device, policy)
-        reward_scaler = (RewardScaler(N, config.gamma, config.reward_clip)
-                         if config.norm_reward else None)
+        reward_scaler = self.make_reward_scaler() if config.norm_reward else None
         self.collector = Collector(vecenv, self.policy, self.rollout, seed=seed, forward=self.forward,
                                    profiler=self.profiler, autocast=self.autocast,
                                    reward_scaler=reward_scaler, on_step=self.record_step,
@@ -194,6 +193,10 @@ class Trainer:
         """The optimizer of train.optimizer over the policy's parameters."""
         c = self.config
         return make_optimizer(self.policy, c.optimizer, c.learning_rate, c.adam_eps)
+
+    def make_reward_scaler(self):
+        """train.norm_reward's scaler of every row's rewards."""
+        return RewardScaler(self.vecenv.num_rows, self.config.gamma, self.config.reward_clip)
 
     def agent_policy(self) -> nn.Module:
         """One agent's policy, whose forward pass measures the work (the thread plan)."""

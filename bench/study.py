@@ -17,7 +17,9 @@ Rows, each timed from its processes' start to their end (training and the final 
 Columns: wall seconds; that time in units of one puffer seed; the row's time over the faster
 members batch's (how much longer the study takes that way); agent steps per second (all seeds' steps
 over the wall time); the final return (10 held-out episodes of puffer's protocol per seed,
-deterministic), mean and Student's t 95% interval over seeds; seeds at the env's score.
+deterministic), mean and Student's t 95% interval over seeds; seeds at the env's score; the
+row's mean final return minus the faster members batch's with Welch's t 95% interval (an interval
+that holds 0: no difference detected).
 Check `uptime` first: every row shares the machine, so run nothing else beside it.
 """
 
@@ -137,16 +139,33 @@ def main() -> None:
     one = rows["puffer one seed"][0]
     batch = min(rows[f"puffer members, {vec}"][0] for vec in args.members_vec)
     steps = budget(args.env, args.overrides)  # one seed's training steps, as puffer composes them
+    fastest = min((name for name in rows if name.startswith("puffer members")), key=lambda name: rows[name][0])
     table = []
     for name, (wall, returns) in rows.items():
         agent_steps = steps * len(returns)
         at_score = "-" if score is None else f"{sum(r >= score for r in returns)}/{len(returns)}"
         table.append([name, f"{wall:.0f}", f"{wall / one:.2f}", f"{wall / batch:.2f}",
                       f"{agent_steps / wall:,.0f}",
-                      f"{np.mean(returns):.1f} +- {t_interval(returns):.1f}", at_score])
+                      f"{np.mean(returns):.1f} +- {t_interval(returns):.1f}", at_score,
+                      welch(returns, rows[fastest][1])])
     print(f"{args.env}, {args.seeds} seeds, uptime {os.getloadavg()[0]:.2f} at the end; results in {out}")
-    print_table(["study", "wall s", "x one seed", "x members", "agent steps/s", "final return (t95)", "at score"],
-                table)
+    print_table(["study", "wall s", "x one seed", "x members", "agent steps/s", "final return (t95)", "at score",
+                 "- members (Welch 95%)"], table)
+
+
+def welch(returns: list[float], members: list[float]) -> str:
+    """The row's mean final return minus the members batch's, with Welch's t 95% interval
+    (exact where neither side varies); '-' with fewer than 2 seeds a side."""
+    from scipy import stats
+
+    x, y = np.asarray(returns, dtype=float), np.asarray(members, dtype=float)
+    if len(x) < 2 or len(y) < 2:
+        return "-"
+    difference = x.mean() - y.mean()
+    if x.std() == 0 and y.std() == 0:
+        return f"{difference:+.1f} (exact)"
+    interval = stats.ttest_ind(x, y, equal_var=False).confidence_interval(0.95)
+    return f"{difference:+.1f} [{interval.low:+.1f}, {interval.high:+.1f}]"
 
 
 if __name__ == "__main__":

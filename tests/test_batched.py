@@ -123,6 +123,8 @@ def test_batch_refuses_what_it_cannot_give_each_member(make_cfg):
         check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "train.num_steps=64")])
     with pytest.raises(ConfigError, match="vtrace"):
         check_members([make_cfg(*base, "seed=0", "train.vtrace=true")])
+    with pytest.raises(ConfigError, match="LSTM"):
+        check_members([make_cfg(*base, "seed=0", "policy.rnn=lstm")])
     with pytest.raises(ConfigError, match="policy"):  # a shape: not a member's own setting
         check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "policy.hidden_size=32")])
 
@@ -256,3 +258,16 @@ def test_members_are_evaluated_together_as_each_alone(make_cfg):
             assert together[k] == alone
     finally:
         vecenv.close()
+
+
+def test_jobs_that_cannot_be_a_batch_run_one_after_another(tmp_path):
+    """An LSTM policy is not batched yet: its jobs run as the basic launcher's would, the reason
+    in the log, each with its files."""
+    sweep = tmp_path / "multirun"
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "seed=0,1", "policy.rnn=lstm",
+            *SMALL, "train.total_timesteps=128", "eval.episodes=1", f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "run one after another, not as a batch: an LSTM policy" in result.stdout + result.stderr
+    assert not (sweep / "batches").exists()
+    assert all((sweep / str(job) / "model.safetensors").is_file() for job in (0, 1))

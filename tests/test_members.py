@@ -5,6 +5,7 @@ diverges changes nothing for the others."""
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -128,3 +129,46 @@ def test_clipping_is_per_member():
     norms = clip_per_member(grad, torch.tensor([1.0, 1.0]))
     torch.testing.assert_close(norms, torch.tensor([5.0, 0.5]))
     torch.testing.assert_close(grad, torch.tensor([[0.6, 0.0, 0.8], [0.3, 0.4, 0.0]]), atol=1e-6, rtol=0)
+
+
+DICT_OBS = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (3, 12, 12), dtype="uint8"),
+                            "position": gym.spaces.Box(-1, 1, (2,)),
+                            "mission": gym.spaces.Text(8, charset="abc")})
+
+
+@pytest.mark.parametrize("kind", ["cnn", "dict", "norm_obs"])
+def test_every_policy_kind_acts_as_a_member_as_it_acts_alone(kind):
+    """The policies beyond the MLP (the CNN torso, a Dict of image, vector and text leaves,
+    running observation statistics): a stack of members gives each member's own outputs,
+    through the member-batched layers where they fit and vmap where they do not."""
+    from puffer.emulation.spaces import ObsLayout
+    from puffer.training.members import StackedPolicy
+
+    if kind == "cnn":
+        obs_space, spec = gym.spaces.Box(0, 255, (4, 44, 44), dtype="uint8"), {
+            "_target_": "puffer.policies.networks.NatureCNN", "hidden_size": 32}
+    else:
+        layout = ObsLayout(DICT_OBS if kind == "dict" else gym.spaces.Box(-5, 5, (3,)))
+        obs_space = layout.flat_space
+        spec = {**POLICY, "norm_obs": kind == "norm_obs"}
+    policies = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        policies.append(build_policy(spec, obs_space, ACTIONS))
+    g = torch.Generator().manual_seed(0)
+    if kind == "cnn":
+        obs = torch.stack([torch.from_numpy(obs_space.sample()) for _ in range(3 * 5)])
+    else:  # flat rows written from native observations, as the emulation writes them
+        rows = np.zeros((3 * 5, *obs_space.shape), obs_space.dtype)
+        for row in rows:
+            layout.write(layout.leaf_views(row), layout.space.sample())
+        obs = torch.from_numpy(rows)
+    if kind == "norm_obs":  # statistics of their own, different for each member
+        for k, policy in enumerate(policies):
+            policy.update_obs_stats(torch.randn(64, 3, generator=g) * (k + 1))
+    stacked = StackedPolicy(policies)
+    logits, values = stacked(obs)
+    for k, policy in enumerate(policies):
+        own_logits, own_values = policy(obs[k * 5:(k + 1) * 5])
+        torch.testing.assert_close(logits[k * 5:(k + 1) * 5], own_logits, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(values[k * 5:(k + 1) * 5], own_values, rtol=1e-4, atol=1e-5)

@@ -61,6 +61,9 @@ class Stack:
             self.params[name] = self.flat[:, start:start + count].view(value.shape).requires_grad_()
             start += count
         self.base = copy.deepcopy(policies[0]).to("meta")
+        for module in self.base.modules():  # vmap cannot ask a tensor for its memory format;
+            if getattr(module, "channels_last", False):  # NHWC is a speed-up that changes no result
+                module.channels_last = False
         # The same architecture with its linear layers as member-batched matmuls, run on all
         # members' rows as one batch of rows (member k's B rows together): every other op sees
         # rows as in a solo policy. Where the policy's only parameters are its linear layers'

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 from scipy import stats as scipy_stats
+from wandb_records import finished_run_records
 
 from puffer.report import compare, report, stats
 from puffer.report.references import REFERENCES
@@ -161,8 +162,19 @@ def test_compare_flags_differences_whose_welch_interval_excludes_zero(tmp_path):
                                        "Gone-v0": [1.0, 2.0], "Solved-v0": [500.0, 500.0]})
     b = fake_multirun(tmp_path / "b", {"CartPole-v1": [400.0, 410.0, 420.0], "Acrobot-v1": [-88.0, -79.0, -86.0],
                                        "Solved-v0": [500.0, 500.0]})
-    result = compare(a, b, out=tmp_path / "new" / "dir")
+    for side in (a, b):  # the sweeps logged to W&B offline: the comparison goes there too
+        config = yaml.safe_load((side / "0" / ".hydra" / "config.yaml").read_text())
+        config["logger"] = {"project": "ab", "entity": None, "group": None, "mode": "offline"}
+        (side / "0" / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    result = compare(a, b, out=tmp_path / "new" / "dir", wandb=True)
     assert result["markdown"] == tmp_path / "new" / "dir" / "compare.md"
+    records = finished_run_records(b)
+    (run,) = [r.run for r in records if r.HasField("run")]
+    assert run.job_type == "comparison" and run.project == "ab"
+    logged = {tuple(item.nested_key) or (item.key,): json.loads(item.value_json)
+              for r in records if r.HasField("history") for item in r.history.item}
+    assert logged[("compare/table", "nrows")] == 3  # CartPole, Acrobot, Solved: the envs in both
+    assert logged[("compare/table", "ncols")] == 9
     by_env = {d.env: d for d in result["differences"]}
     cartpole = by_env["CartPole-v1"]
     # Welch: difference 300, standard error sqrt(100/3 + 100/3), df 4, t(0.975, 4) = 2.776445

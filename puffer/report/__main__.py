@@ -19,7 +19,7 @@ def main() -> None:
     parser.add_argument("sweep_dir", help="a multirun directory (A, with a second one)")
     parser.add_argument("other", nargs="?", help="a second multirun directory (B) to compare with A")
     parser.add_argument("--out", default=None)
-    parser.add_argument("--wandb", action="store_true", help="also log the table and plots to W&B")
+    parser.add_argument("--wandb", action="store_true", help="also log the table and plots (or the comparison) to W&B")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from puffer.envs.catalog import importable
@@ -35,7 +35,7 @@ def main() -> None:
             sys.stderr.write(f"{exc}\n")
             sys.exit(2)
     if args.other:
-        result = compare(args.sweep_dir, args.other, args.out)
+        result = compare(args.sweep_dir, args.other, args.out, args.wandb)
         log.info("%s", result["markdown"].read_text())
         log.info("wrote %s", result["markdown"])
         return

@@ -10,7 +10,7 @@ import logging
 import math
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,9 +53,10 @@ def _keyed(jobs: list[Job]) -> dict[str, np.ndarray]:
     return {key: final_returns(members) for key, members in keyed.items()}
 
 
-def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None) -> dict:
+def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None, wandb: bool = False) -> dict:
     """Env by env, B's mean evaluation return against A's; a difference is flagged when Welch's
-    t interval of it excludes 0. Envs in only one of them are listed apart."""
+    t interval of it excludes 0. Envs in only one of them are listed apart. `wandb`: the table and
+    the plots go to W&B too, as a run of job_type comparison in B's project and group."""
     jobs_a, jobs_b = load_jobs(Path(a_dir)), load_jobs(Path(b_dir))
     a, b = _keyed(jobs_a), _keyed(jobs_b)
     differences = []
@@ -92,7 +93,26 @@ def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None)
         lines += ["", "Training episode return of A and B (mean over seeds, t 95% band): "
                   + ", ".join(f"[{image.name}]({image.name})" for image in images)]
     path.write_text("\n".join(lines) + "\n")
+    if wandb:
+        log_comparison(differences, images, Path(a_dir), Path(b_dir))
     return {"differences": differences, "only": only, "markdown": path, "images": images}
+
+
+def log_comparison(differences: list[Difference], images: list[Path], a_dir: Path, b_dir: Path) -> None:
+    """The comparison as a W&B run (job_type comparison) in B's sweep's project and group: its
+    table (one row an env) and the plots."""
+    import wandb
+
+    from puffer.loggers.wandb import pick_mode
+    from puffer.report.tables import sweep_logging
+
+    where = sweep_logging(b_dir)
+    columns = [f.name for f in fields(Difference)]
+    with wandb.init(project=where["project"], entity=where["entity"], group=where["group"], job_type="comparison",
+                    name=f"compare {a_dir.name} vs {b_dir.name}", dir=str(b_dir), mode=pick_mode(where["mode"]),
+                    config={"a": str(a_dir), "b": str(b_dir)}, settings=wandb.Settings(silent=True)) as run:
+        run.log({"compare/table": wandb.Table(columns=columns, data=[list(astuple(d)) for d in differences]),
+                 **{f"compare/{p.stem}": wandb.Image(str(p)) for p in images}})
 
 
 def plot_comparison(jobs_a: list[Job], jobs_b: list[Job], out: Path) -> list[Path]:

@@ -271,3 +271,17 @@ def test_jobs_that_cannot_be_a_batch_run_one_after_another(tmp_path):
     assert "run one after another, not as a batch: an LSTM policy" in result.stdout + result.stderr
     assert not (sweep / "batches").exists()
     assert all((sweep / str(job) / "model.safetensors").is_file() for job in (0, 1))
+
+
+def test_members_learn_the_same_on_every_vector_backend(tmp_path):
+    """The members' envs as one vector env on Serial, Multiprocessing or Ray: the same members'
+    weights at the end, bit for bit (each env seeded as its member's solo run's)."""
+    pytest.importorskip("ray")
+    weights = {}
+    for vec in ("serial", "multiprocessing", "ray"):
+        puffer.train_batch(f"vec={vec}", *SMALL, "train.total_timesteps=128", "eval.episodes=1", seeds=[0, 3],
+                           run_dir=tmp_path / vec)
+        weights[vec] = [puffer.load(tmp_path / vec / f"seed_{seed}").policy.state_dict() for seed in (0, 3)]
+    for vec in ("multiprocessing", "ray"):
+        for mine, serial in zip(weights[vec], weights["serial"], strict=True):
+            assert all(torch.equal(mine[name], serial[name]) for name in serial), vec

@@ -331,3 +331,23 @@ def test_a_ray_run_whose_main_process_is_killed_leaves_no_ray_process(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_stale_ray_session_under_auto_is_one_line_within_seconds(tmp_path, monkeypatch):
+    """vec.ray_address=auto where Ray's recorded session has stopped (RAY_ADDRESS here; Ray's
+    temp folder records one the same way): one line naming the address and the fix, in seconds
+    (ray.init retried for 9.5 minutes)."""
+    import socket
+    import time
+
+    from puffer.vector import VecConfigError
+    from puffer.vector.ray import Ray
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    started = time.monotonic()
+    with pytest.raises(VecConfigError, match=f"recorded session .* is 127.0.0.1:{port}, and nothing answered"):
+        Ray(cartpole, num_envs=2, address="auto")
+    assert time.monotonic() - started < 15

@@ -108,8 +108,22 @@ HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00
 def check_reachable(address: str | None, timeout: float = 5.0) -> None:
     """A host:port (or ray://host:port) address must answer as Ray does within `timeout`: ray.init
     on an address where nothing listens, or where another kind of server listens, waits for
-    minutes. Ray's services are gRPC, so the check is an HTTP/2 handshake."""
-    if address is None or address == "auto" or ":" not in address:
+    minutes. Ray's services are gRPC, so the check is an HTTP/2 handshake. `auto` is checked at the
+    address Ray itself would pick (RAY_ADDRESS, else the session its temp folder records), where a
+    session whose head has stopped made ray.init retry for 9.5 minutes."""
+    if address == "auto":
+        found = auto_address()
+        if found is not None:
+            try:
+                check_reachable(found, timeout)
+            except VecConfigError as exc:
+                raise VecConfigError(
+                    f"vec.ray_address='auto': Ray's recorded session (RAY_ADDRESS, else "
+                    f"<ray temp dir>/ray_current_cluster) is {found}, and {str(exc).split(': ', 1)[1]} "
+                    "A stale session: `ray stop` clears it; start a cluster with `ray start --head`, or leave "
+                    "vec.ray_address out for a local Ray") from None
+        return
+    if address is None or ":" not in address:
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not port.isdigit():
@@ -129,6 +143,21 @@ def check_reachable(address: str | None, timeout: float = 5.0) -> None:
         raise VecConfigError(f"vec.ray_address={address!r}: something listens at {host}:{port}, but not Ray "
                              f"(no gRPC answer within {timeout:g} s); give the Ray head's GCS address "
                              "(`ray start --head` prints it) or ray://host:10001")
+
+
+def auto_address() -> str | None:
+    """The address ray.init(address='auto') would join, by Ray's own lookup (its private
+    services module: None where this Ray has none, or finds no session; ray.init then says so
+    at once)."""
+    try:
+        from ray._private.services import get_ray_address_from_environment
+    except ImportError:
+        return None
+    try:
+        found = get_ray_address_from_environment("auto", None)
+    except ConnectionError:
+        return None
+    return found if found and found != "auto" else None
 
 
 def private_token() -> None:

@@ -18,21 +18,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import puffer.config  # registers the schemas before Hydra composes; CONF_DIR
+from puffer.cli.jobs import objective, user_errors
 
 log = logging.getLogger("puffer")
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message says all a user needs (the key, the value, what was expected, or the
-    env's own traceback): printed as one message, without puffer's traceback."""
-    from puffer.emulation.spaces import SpaceError
-    from puffer.errors import CheckpointError, ConfigError
-    from puffer.files.trust import UntrustedFileError
-    from puffer.training.trainer import NonFiniteError
-    from puffer.vector.base import EnvError, VecConfigError
-
-    return (ConfigError, CheckpointError, SpaceError, NonFiniteError, EnvError, VecConfigError,
-            UntrustedFileError)
 
 
 # Absolute, so that a console script and an installed wheel find the configs too.
@@ -48,26 +36,6 @@ def main(cfg: DictConfig) -> float | tuple[float, ...]:
         log.error("%s: %s\n(HYDRA_FULL_ERROR=1 shows the traceback)", type(exc).__name__, exc)
         sys.exit(2)
     return objective(cfg, runs)
-
-
-def objective(cfg: DictConfig, runs: list[dict[str, float]]) -> float | tuple[float, ...]:
-    """What a sweeper (e.g. Optuna) optimises: each `objective` entry over the job's runs (its
-    trial_seeds; `min(key)`, or the mean of a bare key), else the mean of the first of the
-    default keys the runs have. A key a run lacks counts as nan."""
-    import numpy as np
-
-    from puffer.config.validate import objective_entry
-
-    if cfg.objective:
-        values = []
-        for entry in cfg.objective:
-            stat, key = objective_entry(entry)  # stat: one of OBJECTIVE_STATS, each a numpy function
-            values.append(float(getattr(np, stat)([float(r.get(key, float("nan"))) for r in runs])))
-        return tuple(values)
-    for key in ("eval/return_mean", "env/episode_return", "benchmark/sps", "perf/sps"):
-        if key in runs[0]:
-            return float(np.mean([r.get(key, float("nan")) for r in runs]))
-    return float("nan")
 
 
 def single_run_of_a_grid(args: list[str]) -> str | None:

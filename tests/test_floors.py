@@ -23,8 +23,11 @@ FLOORS = [
     ["build", "frameworks", "models"],
     ["agent"],
     ["export"],
-    ["run", "cli"],
-    ["__main__", ""],  # "": the package's own __init__, the front door
+    ["run"],
+    ["batch"],
+    ["cli"],
+    # "": the package's own __init__, the front door; plugins: Hydra's namespace (the launcher's class)
+    ["__main__", "", "plugins"],
 ]
 FLOOR = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 

@@ -5,7 +5,7 @@ Hydra looks for launchers): a multirun's jobs grouped by what members of a batch
 Every job first gets the directory and the `.hydra/` files a job of the basic launcher gets
 (Hydra's own run_job, with a task that only notes where); then its members (the job's seed, or
 its trial_seeds) train in the batch and write there as solo runs do; its return value is the
-objective a solo job returns (puffer.__main__.objective), so Optuna's sweeper and the report read
+objective a solo job returns (puffer.cli.jobs.objective), so Optuna's sweeper and the report read
 a batched multirun as any other. A group that cannot train as a batch (an LSTM policy, say) runs
 job by job, as the basic launcher would, with the reason in the log.
 """
@@ -122,8 +122,8 @@ def prepare(launcher, job: Job) -> None:
 
 def train(members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path) -> list[dict[str, float]]:
     """One batch; a user's error is one line and exit 2, as a solo job's (puffer.__main__)."""
-    from puffer.__main__ import user_errors
     from puffer.batch import run_batch
+    from puffer.cli.jobs import user_errors
 
     try:
         return run_batch([m[0] for m in members], [m[1] for m in members], batch_dir, [m[2] for m in members])
@@ -136,7 +136,7 @@ def train(members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path) ->
 
 def finish(jobs: list[Job], results: list[dict[str, float]]) -> None:
     """Each job's return value from its members' metrics: the objective its solo job returns."""
-    from puffer.__main__ import objective
+    from puffer.cli.jobs import objective
 
     found = iter(results)
     for job in jobs:

@@ -165,6 +165,8 @@ def test_members_launcher_groups_jobs_and_writes_their_directories(tmp_path):
     assert "as 2 batches" in result.stdout + result.stderr
     assert sorted(p.name for p in (sweep / "batches").iterdir()) == ["0", "1"]
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3", "batches"]
+    for job in range(4):  # every job's log holds its batch's training, as a solo job's does
+        assert "training 2 members" in (sweep / str(job) / "puffer.log").read_text()
     for job in range(4):
         job_dir = sweep / str(job)
         assert (job_dir / ".hydra" / "overrides.yaml").is_file()

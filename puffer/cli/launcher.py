@@ -12,6 +12,7 @@ job by job, as the basic launcher would, with the reason in the log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -95,8 +96,31 @@ def run_group(launcher, jobs: list[Job]) -> None:
         chunk = members[start:start + launcher.max_members]
         name = str(jobs[0].number) if len(members) <= launcher.max_members else f"{jobs[0].number}_{start}"
         batch_dir = Path(str(jobs[0].config.hydra.sweep.dir)) / "batches" / name
-        results += train(chunk, batch_dir)
+        with logged_to(sorted({directory if cfg.trial_seeds == 1 else directory.parent
+                               for cfg, directory, _ in chunk})):
+            results += train(chunk, batch_dir)
     finish(jobs, results)
+
+
+@contextlib.contextmanager
+def logged_to(directories: list[Path]):
+    """The batch's log in every member job's puffer.log, as a solo job's log is in its own (the
+    file handler Hydra's run_job left is the last prepared job's alone)."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+    formatter = logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    handlers = [logging.FileHandler(directory / "puffer.log") for directory in directories]
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            root.removeHandler(handler)
+            handler.close()
 
 
 def prepare(launcher, job: Job) -> None:

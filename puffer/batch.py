@@ -30,15 +30,14 @@ from puffer.files import checkpoint, model_file, trust
 from puffer.loggers.base import Logger
 from puffer.monitor.profiler import Profiler
 from puffer.monitor.progress import ProgressReporter, env_name
-from puffer.policies.protocol import is_recurrent
 from puffer.run import (
-    HELD_RUN_DIRS,
     ScoreWatch,
     check_objective_score,
     close_run,
     command_text,
     env_score,
     prepare_run_dir,
+    releasing_run_dirs,
     saved_config_of,
     train_until_done,
 )
@@ -137,14 +136,8 @@ def run_batch(cfgs: list[DictConfig], run_dirs: list[str | Path], batch_dir: str
     """Train `cfgs` as the members of one batch; member k writes run_dirs[k] as its solo run
     would, the batch's checkpoints go to `batch_dir`/checkpoints. Returns each member's final
     metrics (eval/* among them), in order."""
-    held = set(HELD_RUN_DIRS)
-    try:
+    with releasing_run_dirs():
         return _run_batch(cfgs, [Path(d) for d in run_dirs], Path(batch_dir), overrides)
-    finally:
-        import os
-
-        for key in set(HELD_RUN_DIRS) - held:
-            os.close(HELD_RUN_DIRS.pop(key))
 
 
 def resumed_state(cfgs: list[DictConfig]) -> dict | None:
@@ -224,8 +217,6 @@ def build_trainer(cfgs: list[DictConfig], vecenv, device: str, **kwargs) -> Batc
         seed_everything(cfg.seed)
         policies.append(make_policy(cfg, vecenv))
         sampling.append(torch.cuda.get_rng_state() if torch.device(device).type == "cuda" else torch.get_rng_state())
-    if is_recurrent(policies[0]):
-        check_batchable([OmegaConf.to_object(first.train)], recurrent=True)
     return BatchedPPO([OmegaConf.to_object(cfg.train) for cfg in cfgs], vecenv, policies,
                       [int(cfg.seed) for cfg in cfgs], sampling, device=device,
                       runtime=OmegaConf.to_object(first.runtime), full_config=saved_config_of(first),

@@ -118,12 +118,8 @@ def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None
     mode=profile trains briefly and reports where the time went instead of evaluating.
     `overrides`, the command line `cfg` was composed from (under Hydra: its own), lets a resumed
     run take the rest of its config from the checkpoint. The run directory is locked while it runs."""
-    held = set(HELD_RUN_DIRS)
-    try:
+    with releasing_run_dirs():
         return _run(cfg, run_dir, overrides)
-    finally:
-        for key in set(HELD_RUN_DIRS) - held:
-            os.close(HELD_RUN_DIRS.pop(key))
 
 
 def _run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None) -> dict[str, float]:
@@ -405,6 +401,18 @@ def saved_config_of(cfg: DictConfig) -> dict:
 # Run directories this process is writing to, each with its lock held (until its run() returns).
 HELD_RUN_DIRS: dict[Path, int] = {}
 LOCK_NAME = ".puffer.lock"
+
+
+@contextlib.contextmanager
+def releasing_run_dirs():
+    """The run directories locked inside the block (lock_run_dir) are released when it ends,
+    however it ends."""
+    held = set(HELD_RUN_DIRS)
+    try:
+        yield
+    finally:
+        for key in set(HELD_RUN_DIRS) - held:
+            os.close(HELD_RUN_DIRS.pop(key))
 
 
 def lock_run_dir(run_dir: Path) -> None:

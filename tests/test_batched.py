@@ -106,7 +106,7 @@ def test_a_diverging_member_stops_alone(make_cfg):
             for key in ("train/loss", "train/grad_norm", "env/episode_return"):
                 assert all(math.isfinite(trainer.last_metrics[key][k]) for k in others), key
             if len(group) == 3:
-                assert list(trainer.stopped_at) == [1]
+                assert trainer.stopped_members == [1]
                 assert trainer.member_step.active.tolist() == [True, False, True]
                 assert trainer.epoch == trainer.num_epochs  # the others trained to the end
         finally:

@@ -70,7 +70,8 @@ def evaluate(policy: torch.nn.Module, env_creator, episodes: int, seed: int,
         recorder = recorder_factory(vec.envs[0]) if recorder_factory is not None else None
         played = play(Acting(policy, vec.single_action_space), vec, quotas, rows, device, deterministic,
                       max_episode_steps, recorder)
-    return summary(played, episodes, max_episode_steps)
+    returns, _, lengths, cut = played
+    return summary(returns, lengths, cut, episodes, max_episode_steps)
 
 
 @torch.inference_mode()
@@ -94,8 +95,8 @@ def evaluate_members(policy: torch.nn.Module, env_creator, episodes: int, seeds:
                       max_episode_steps, None)
     returns, slots, lengths, cut = played
     member = np.asarray(slots, dtype=np.int64) // per_member
-    return [summary((np.asarray(returns)[member == k], None, np.asarray(lengths)[member == k],
-                     cut[k * per_member:(k + 1) * per_member]), episodes, max_episode_steps) for k in range(n)]
+    return [summary(np.asarray(returns)[member == k], np.asarray(lengths)[member == k],
+                    cut[k * per_member:(k + 1) * per_member], episodes, max_episode_steps) for k in range(n)]
 
 
 def play(acting: Acting, vec, quotas: np.ndarray, rows: int, device, deterministic: bool, max_episode_steps: int,
@@ -147,10 +148,9 @@ def play(acting: Acting, vec, quotas: np.ndarray, rows: int, device, determinist
     return returns, slots, lengths, truncated
 
 
-def summary(played: tuple, episodes: int, max_episode_steps: int) -> dict[str, float]:
-    """The statistics `evaluate` returns from what `play` gave (returns, slots, lengths, cut
-    episodes per slot)."""
-    returns, _, lengths, cut = played
+def summary(returns, lengths, cut: np.ndarray, episodes: int, max_episode_steps: int) -> dict[str, float]:
+    """The statistics `evaluate` returns from what `play` gave: the episodes' returns and lengths,
+    and the episodes cut in each slot."""
     truncated = int(np.sum(cut))
     if truncated:
         log.warning("evaluation: %d of %d episodes reached eval.max_steps=%d steps and were cut "

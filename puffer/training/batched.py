@@ -33,6 +33,7 @@ from torch import nn
 from puffer.config.schema import TrainConfig
 from puffer.errors import ConfigError
 from puffer.policies.distributions import Noise
+from puffer.policies.protocol import is_recurrent
 from puffer.runtime import threads
 from puffer.training.advantage import gae
 from puffer.training.members import MemberAdam, MemberStep, StackedPolicy
@@ -144,10 +145,11 @@ class BatchedPPO(PPO):
 
     def __init__(self, configs: list[TrainConfig], vecenv, policies: list[nn.Module], seeds: list[int],
                  sampling_states: list[torch.Tensor], device: str = "cpu", **kwargs):
-        check_batchable(configs)
+        check_batchable(configs, recurrent=is_recurrent(policies[0]))
         self.agents = len(configs)
         if vecenv.num_rows % self.agents:
             raise ValueError(f"{vecenv.num_rows} rows do not split into {self.agents} members")
+        self.rows_per_member = vecenv.num_rows // self.agents
         self.member_configs, self.seeds = configs, list(seeds)
         self.torch_device = torch.device(device)
         on = {"device": self.torch_device}
@@ -157,9 +159,7 @@ class BatchedPPO(PPO):
         self.shuffles = [torch.Generator().manual_seed(seed) for seed in seeds]
         policy = StackedPolicy([p.to(self.torch_device) for p in policies])
         super().__init__(configs[0], vecenv, policy, device=device, seed=seeds[0], **kwargs)
-        self.rows_per_member = vecenv.num_rows // self.agents
         self.member_step = MemberStep(self, policy.stack, self.optimizer, self.settings["max_grad_norm"])
-        self.stopped_at: dict[int, int] = {}  # member -> the epoch its loss went non-finite
 
     # -- what the trainer asks of an algorithm -------------------------------------------------
     def make_optimizer(self) -> MemberAdam:
@@ -170,7 +170,7 @@ class BatchedPPO(PPO):
         return self.policy.template
 
     def make_reward_scaler(self) -> MemberRewardScalers:
-        rows = self.vecenv.num_rows // self.agents
+        rows = self.rows_per_member
         # (each member's gamma as its config has it: float64 in numpy, as its solo run's scaler)
         return MemberRewardScalers([RewardScaler(rows, c.gamma, c.reward_clip) for c in self.member_configs], rows)
 
@@ -216,8 +216,8 @@ class BatchedPPO(PPO):
         members = torch.arange(n, device=self.device)[:, None]
         sums = torch.zeros((n, len(STATS)), dtype=torch.float64, device=self.device)
         counts = torch.zeros(n, dtype=torch.float64, device=self.device)
-        drawing = [k not in self.stopped_at for k in range(n)]
         was_active = self.member_step.active.clone()
+        drawing = was_active.tolist()  # a stopped member draws no minibatches
         for _ in range(c.update_epochs):
             if not any(drawing):
                 break
@@ -251,11 +251,10 @@ class BatchedPPO(PPO):
                 self.policy.stack.flat[k] = before["policy"]["flat"][k]
                 for name in ("exp_avg", "exp_avg_sq", "steps"):
                     getattr(self.optimizer, name)[k] = before["optimizer"][name][k]
-                self.stopped_at[k] = self.epoch
                 log.warning("member %d (seed %d) stopped in epoch %d: its loss or gradient is not finite; "
                             "its weights of epoch %d are kept and the other members train on",
                             k, self.seeds[k], self.epoch + 1, self.epoch)
-        if len(self.stopped_at) == self.agents:
+        if not self.member_step.active.any():
             raise NonFiniteError(f"every member's loss or gradient is not finite at epoch {self.epoch + 1}; "
                                  "lower train.learning_rate or train.max_grad_norm")
 
@@ -271,6 +270,11 @@ class BatchedPPO(PPO):
         metrics["train/clip_coef"] = clip
         return {key: [float(v) for v in value.tolist()] for key, value in metrics.items()}
 
+    @property
+    def stopped_members(self) -> list[int]:
+        """The members stopped for a non-finite loss or gradient."""
+        return (~self.member_step.active).nonzero().flatten().tolist()
+
     def _episode_metrics(self) -> dict[str, Any]:
         """env/* of each member (nan where none of its episodes ended this epoch)."""
         metrics = {}
@@ -285,7 +289,7 @@ class BatchedPPO(PPO):
         state = super().rank_state()
         state["members"] = {"seeds": self.seeds, "shuffles": [g.get_state() for g in self.shuffles],
                             "noise": [g.get_state() for g in self.noise.generators],
-                            "active": self.member_step.active.clone(), "stopped_at": dict(self.stopped_at)}
+                            "active": self.member_step.active.clone()}
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -295,7 +299,6 @@ class BatchedPPO(PPO):
                                     strict=True):
             generator.set_state(saved)
         self.member_step.active.copy_(members["active"])
-        self.stopped_at = dict(members["stopped_at"])
 
     def member_policy(self, k: int) -> nn.Module:
         """Member k's policy as a module of its own (its model file, its evaluation)."""

@@ -104,7 +104,9 @@ def unwritable_output_dir(args: list[str]) -> str | None:
 
     multirun = "-m" in args or "--multirun" in args
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    value = next((a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")), "outputs")
+    value = next((a.split("=", 1)[1] for a in reversed(args) if a.startswith(f"{key}=")), "outputs")  # Hydra: the last
+    if not value.strip():  # Hydra would take the current directory and mix the run into it
+        return f"{key}={value!r}: empty; pass a folder for the run's outputs ({key}=<folder>)"
     static = value.split("${", 1)[0] or "."  # interpolations (${now:...}) fill in the rest
     path = Path(static)
     while not path.exists() and path != path.parent:

@@ -25,6 +25,22 @@ MISTAKES = [  # (the command line, what the one line must say)
     (["train.learning_rate=abc"], "train.learning_rate=abc: Value 'abc' of type 'str' could not be converted to Float"),
     (["env=ocean/memory", "env.delay=1.5"], "could not be converted to Integer"),
     (["eval.video=maybe"], "is not a valid bool"),
+    # Hydra's own rejections, each a few lines and exit 1 from Hydra itself
+    (["train.learning_rate=["], "not a key=value override Hydra can read (no viable alternative at input '[')"),
+    (["+train.learning_rate=1"], "train.learning_rate is a key already; set it with train.learning_rate=1"),
+    (["hydra/launcher=nosuch"], "hydra/launcher=nosuch: no such option; hydra/launcher takes basic, joblib"),
+    (["hydra/sweeper=optina"], "did you mean hydra/sweeper=optuna? hydra/sweeper takes basic, optuna"),
+    (["hydra.job.chdir=maybe"], "Value 'maybe' is not a valid bool"),
+    (["hydra.nosuch=1"], "Key 'nosuch' not in 'HydraConf'"),
+    (["--config-name=nosuch"], "no config nosuch.yaml in"),
+    (["--config-dir=/nonexistent/conf"], "no such folder"),
+]
+
+MULTIRUN_MISTAKES = [  # every value of a multirun's list, not its first alone
+    (["-m", "seed=0,1,b"], "seed=b: Value 'b' of type 'str' could not be converted to Integer"),
+    (["-m", "hydra/launcher=members", "seed=a,1"], "seed=a: Value 'a' of type 'str'"),
+    (["-m", "train=ppo,sp0"], "train=sp0: no such option; did you mean train=spo?"),
+    (["-m", "env=ocean/memory", "env.delay=1,2.5"], "env.delay=2.5: Value '2.5' of type 'str' could not be converted to Integer"),
 ]
 
 
@@ -35,8 +51,18 @@ def test_each_mistake_is_named_with_its_fix(args, says):
     assert message.startswith(args[-1] + ":")  # each list ends with its mistake
 
 
+@pytest.mark.parametrize(("args", "says"), MULTIRUN_MISTAKES)
+def test_each_value_of_a_multirun_list_is_checked(args, says):
+    message = overrides.check(args)
+    assert message is not None and message.startswith(says) and "\n" not in message
+
+
 @pytest.mark.parametrize("args", [
     ["train.learning_rate=1e-3", "seed=3", "device=cpu"],
+    ["-m", "seed=range(0,3)", "train.learning_rate=0.001,0.003", "hydra.sweep.dir=x"],
+    ["-m", "hydra/sweeper=optuna", "train.learning_rate=interval(0.001,0.01)"],
+    ["--cfg", "job", "seed=3"],
+    ["-m", "++train.learning_rate=0.001,0.003"],
     ["env=ocean/memory", "env.delay=3", "policy.rnn=lstm"],
     ["env=classic/gym", "env.id=CartPole-v1", "+env.kwargs.sutton_barto_reward=true"],  # a free-form dict
     ["env=pettingzoo/parallel", "env.module=mpe2.simple_spread_v3", "logger=wandb", "logger.project=p"],
@@ -56,6 +82,13 @@ def test_a_typo_exits_2_with_one_line_and_writes_no_run_directory(cli, tmp_path)
         "+train.learning_rat=1e-3: train takes no new key learning_rat (its keys are typed); did you "
         "mean train.learning_rate? `python -m puffer --cfg job` prints every key"]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args", [["hydra/launcher=nosuch"], ["-m", "seed=0,x"], ["hydra.run.dir="]])
+def test_hydra_level_rejections_exit_2_with_one_line(cli, tmp_path, args):
+    result = cli(*args, check=False)
+    assert (result.returncode, len(result.stderr.strip().splitlines())) == (2, 1), result.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "multirun").exists()
 
 
 @pytest.mark.parametrize(("args", "blocked", "says"), [

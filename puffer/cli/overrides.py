@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -68,6 +69,8 @@ def problem(cfg: DictConfig, arg: str) -> str | None:
     parent_key, _, leaf = key.rpartition(".")
     parent = OmegaConf.select(cfg, parent_key, throw_on_missing=False) if parent_key else cfg
     if isinstance(parent, DictConfig) and leaf in parent.keys():
+        if prefix == "+":  # Hydra's `+` adds a key that is not there yet
+            return f"{arg}: {key} is a key already; set it with {key}={parts[2]}"
         return None  # (a ??? value that must be set is a key too)
     if parent_key and isinstance(parent, DictConfig) and not _typed(parent):
         if prefix:
@@ -120,7 +123,7 @@ def habits(args: list[str]) -> tuple[list[str], str | None]:
     return args, None
 
 
-def composition_error(exc: Exception) -> str | None:
+def composition_error(exc: Exception, args: tuple[str, ...] = ()) -> str | None:
     """Hydra's multi-line composition errors as one line: an unknown group option with the
     options there are, a value of the wrong type with the type expected."""
     from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -137,13 +140,22 @@ def composition_error(exc: Exception) -> str | None:
             hint = "an LSTM on top of a policy is policy.rnn=lstm; "
         return (f"{group}={option}: no such option; {hint}{group} takes {', '.join(options)}" if options
                 else f"{missing}: no such config")
-    if isinstance(exc, ConfigCompositionException) and exc.__cause__ is not None:
+    if (isinstance(exc, ConfigCompositionException) and exc.__cause__ is not None
+            and text.startswith("Error merging override ")):
         override = text.removeprefix("Error merging override ").strip()
         reason = str(exc.__cause__).splitlines()[0]
         key, _, value = override.partition("=")
         if "converted to Integer" in reason and _integral(value):  # 1e6: YAML reads a float
             reason += f"; an integer is written without an exponent: {key}={int(float(value))}"
-        return f"{override}: {reason}" if override != text else None
+        return f"{override}: {reason}"
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(exc, (HydraException, OmegaConfBaseException)):  # any other: Hydra's first lines
+        because = str(exc.__cause__).splitlines()[0] if exc.__cause__ is not None else text.splitlines()[0]
+        key = text.split("Could not override '", 1)[1].split("'", 1)[0] if "Could not override '" in text else None
+        arg = next((a for a in args if key and a.split("=", 1)[0].lstrip("+") == key), None)
+        return f"{arg}: {because}" if arg else text.splitlines()[0].rstrip(".") + f": {because}"
     return None
 
 
@@ -154,27 +166,84 @@ def _integral(value: str) -> bool:
         return False
 
 
+def override_args(args: list[str]) -> list[str]:
+    """The command line's overrides: its flags and their values left out."""
+    return [arg for i, arg in enumerate(args) if not arg.startswith("-")
+            and not (i and args[i - 1] in FLAGS_WITH_VALUES)]
+
+
+def unreadable(args: list[str]) -> str | None:
+    """The one line for the first override Hydra's grammar cannot read (a bracket left open, a
+    quote missing), which Hydra reports as a few lines and exit 1."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in override_args(args):
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as exc:
+            return (f"{arg}: not a key=value override Hydra can read ({str(exc).splitlines()[0]}); a list is "
+                    "key=[a,b], and a value with spaces or brackets goes in quotes: 'key=[a, b]'")
+    return None
+
+
+def config_flags(args: list[str]) -> str | None:
+    """--config-dir / --config-name naming a folder or a config that is not there."""
+    def value(*flags: str) -> str | None:
+        for i, arg in enumerate(args):
+            name, eq, given = arg.partition("=")
+            if name in flags:
+                return given if eq else (args[i + 1] if i + 1 < len(args) else "")
+        return None
+
+    from puffer.config import CONF_DIR
+
+    folder = value("--config-dir", "-cd")
+    if folder is not None and not Path(folder).is_dir():
+        return f"--config-dir={folder}: no such folder"
+    name = value("--config-name", "-cn")
+    if name is not None:
+        found = [d for d in (CONF_DIR, folder and Path(folder)) if d and (d / f"{name.removesuffix('.yaml')}.yaml").is_file()]
+        if not found:
+            return (f"--config-name={name}: no config {name}.yaml in {CONF_DIR}"
+                    + (f" or {folder}" if folder else "") + "; puffer's own is config")
+    return None
+
+
 def check(args: list[str]) -> str | None:
     """The first problem among command-line overrides, checked against the config that their
-    group choices (env=..., train=spo, +sweep=...) compose; for a single run, also each value's
-    type and each group option."""
+    group choices (env=..., train=spo, +sweep=..., hydra/launcher=...) compose: each key, each
+    value's type (every value of a multirun's list) and each group option (every option of a
+    multirun's list)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from puffer.config import CONF_DIR
 
+    problem_ = unreadable(args) or config_flags(args)
+    if problem_ is not None:
+        return problem_
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep", "suite"}
-    multirun = "-m" in args or "--multirun" in args
-    choices, keys = [], []
-    for arg in args:
-        parts = split(arg)
+    choices, other_options, keys = [], [], []
+    for arg in override_args(args):
+        key = arg.split("=", 1)[0].lstrip("+")
+        if "=" in arg and key.startswith("hydra/"):  # Hydra's own groups: hydra/launcher=...
+            parts = ("", key, arg.split("=", 1)[1])
+        elif "=" in arg and key.startswith("hydra."):
+            keys.append(arg)
+            continue
+        else:
+            parts = split(arg)
         if parts is None:
             continue
         prefix, key, value = parts
-        if key in groups:
+        if key in groups or key.startswith("hydra/"):
             if "(" in value:  # a sweep function (choice(...), range(...)): not composed here
                 return None
-            choices.append(f"{prefix}{key}={value.split(',')[0]}")  # a multirun's first option
+            first, *others = value.split(",")  # a multirun's options: the first composes the config
+            choices.append(f"{prefix}{key}={first}")
+            other_options += [f"{prefix}{key}={option}" for option in others]
         else:
             keys.append(arg)
     if not choices and not keys:  # the default config: nothing to check (and no compose to pay for)
@@ -183,14 +252,41 @@ def check(args: list[str]) -> str | None:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             try:
                 cfg = compose(config_name="config", overrides=choices)
+                for option in other_options:  # each other option of a multirun's group list
+                    key = option.split("=", 1)[0]
+                    compose(config_name="config", overrides=[c for c in choices if c.split("=", 1)[0] != key] + [option])
             except Exception as exc:  # a bad group choice, named in one line where we can
                 return composition_error(exc)
             message = next((message for arg in keys if (message := problem(cfg, arg)) is not None), None)
-            if message is None and keys and not multirun:  # the values' types, as Hydra merges them
-                try:
-                    compose(config_name="config", overrides=choices + keys)
-                except Exception as exc:
-                    return composition_error(exc)
-            return message
+            return message or (values_problem(compose, choices, keys) if keys else None)
     finally:
         GlobalHydra.instance().clear()
+
+
+def values_problem(compose, choices: list[str], keys: list[str]) -> str | None:
+    """Each value's type as Hydra merges it: the config composed with every key's first value, then
+    each further value of a multirun's list (seed=0,1,a) set on it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    firsts, rest = [], []
+    for arg, override in zip(keys, OverridesParser.create().parse_overrides(keys), strict=True):
+        if not override.is_sweep_override():
+            firsts.append(arg)
+            continue
+        if override.value_type == ValueType.INTERVAL_SWEEP:  # no list of values: Optuna's to draw
+            continue
+        values = list(override.sweep_string_iterator())
+        name = arg.split("=", 1)[0]
+        firsts.append(f"{name}={values[0]}")
+        rest += [(f"{name}={value}", name.lstrip("+"), value) for value in values[1:]]
+    try:
+        cfg = compose(config_name="config", overrides=choices + firsts, return_hydra_config=True)
+    except Exception as exc:
+        return composition_error(exc, firsts)
+    for arg, key, value in rest:
+        try:
+            OmegaConf.update(cfg, key, value, merge=True)
+        except Exception as exc:
+            return f"{arg}: {str(exc).splitlines()[0]}"
+    return None

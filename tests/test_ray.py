@@ -351,3 +351,35 @@ def test_a_stale_ray_session_under_auto_is_one_line_within_seconds(tmp_path, mon
     with pytest.raises(VecConfigError, match=f"recorded session .* is 127.0.0.1:{port}, and nothing answered"):
         Ray(cartpole, num_envs=2, address="auto")
     assert time.monotonic() - started < 15
+
+
+def test_a_local_ray_is_advertised_on_and_listens_on_loopback_alone(tmp_path):
+    """Ray turns the 127.0.0.1 it is given into the machine's outward address unless its cluster
+    mode is off (puffer.vector.ray.loopback_node); with it off, its services listen on loopback."""
+    import ipaddress
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+    from conftest import ROOT, wait_for_epochs
+
+    from puffer.vector.reaper import ray_processes
+
+    args = [sys.executable, "-m", "puffer", f"hydra.run.dir={tmp_path}", "vec=ray", "vec.num_envs=2",
+            "train.total_timesteps=10000000", "runtime.log_interval=0"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        wait_for_epochs(proc, tmp_path, epochs=2, timeout=180)
+        processes = ray_processes(psutil.Process(proc.pid)) + [psutil.Process(proc.pid)]
+        advertised = {arg.split("=", 1)[1] for p in processes for arg in p.cmdline()
+                      if arg.startswith(("--node-ip-address=", "--node_ip_address="))}
+        listening = {c.laddr.ip for p in processes for c in p.net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN}
+        assert advertised == {"127.0.0.1"}, advertised
+        assert listening and all(ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback
+                                 for ip in listening), listening
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)

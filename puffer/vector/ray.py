@@ -8,6 +8,7 @@ the same async batches, over `ray.wait`. Needs the ray extra: pip install 'puffe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -160,6 +161,30 @@ def auto_address() -> str | None:
     return found if found and found != "auto" else None
 
 
+@contextlib.contextmanager
+def loopback_node(local: bool):
+    """A local Ray's node advertised on 127.0.0.1: Ray turns the loopback address it is given into
+    this machine's outward address unless its cluster mode is off (as on macOS and Windows, the
+    one setting that keeps it: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, read when ray is imported, hence
+    the constant too while ray.init runs)."""
+    if not local:
+        yield
+        return
+    from ray._private import ray_constants
+
+    before = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"  # Ray's processes started now
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before[0]
+        if before[1] is None:
+            os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, None)
+        else:
+            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = before[1]
+
+
 def private_token() -> None:
     """Ray writes the token of its authentication (~/.ray/auth_token) readable by everyone
     (0644): whoever reads it can run code on the local Ray. Made the user's alone (0600)."""
@@ -233,8 +258,9 @@ class Ray(VecEnv):
 
             self._reaper = reaper.start(os.getpid())
         try:
-            self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                           configure_logging=False, **({"_node_ip_address": "127.0.0.1"} if local else {}))
+            with loopback_node(local):
+                self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                               configure_logging=False, **({"_node_ip_address": "127.0.0.1"} if local else {}))
         except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
             if local:
                 raise

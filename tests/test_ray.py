@@ -355,7 +355,7 @@ def test_a_stale_ray_session_under_auto_is_one_line_within_seconds(tmp_path, mon
 
 def test_a_local_ray_is_advertised_on_and_listens_on_loopback_alone(tmp_path):
     """Ray turns the 127.0.0.1 it is given into the machine's outward address unless its cluster
-    mode is off (puffer.vector.ray.loopback_node); with it off, its services listen on loopback."""
+    mode is off (puffer.vector.ray.local_ray_started); with it off, its services listen on loopback."""
     import ipaddress
     import signal
     import subprocess

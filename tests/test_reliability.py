@@ -222,16 +222,12 @@ def test_sigterm_to_the_process_group_finishes_the_epoch_saves_and_resumes(make_
     assert proc.returncode == 130, output
     (saved,) = (tmp_path / "run" / "checkpoints").glob("epoch_*.pt")
     assert "SIGTERM" in output and "checkpoint saved" in output
-    # the workers survive the signal and finish the epoch; a local Ray's own processes may die
-    # of it first, and then the last completed epoch is saved as an interrupted checkpoint
-    assert "_interrupted" not in saved.name or vec == "ray"
+    # the workers survive the signal and finish the epoch (a local Ray's own processes are in
+    # groups of their own: puffer.vector.ray.local_ray_started), and save their envs
+    assert "_interrupted" not in saved.name
     state = checkpoint.read(saved)
     assert state["global_step"] == state["epoch"] * 64 * 8  # a clean epoch boundary
-    if vec == "multiprocessing":  # the workers were alive to save their envs
-        assert state["rollout"]["env_state"]["backend"] == vec
-    else:  # a local Ray's own processes may die of the signal: then the envs are left out
-        env_state = (state["rollout"] or {}).get("env_state")
-        assert env_state is None or env_state["backend"] == "ray"
+    assert state["rollout"]["env_state"]["backend"] == vec
     time.sleep(1.0)
     assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
     if vec == "multiprocessing":  # and the run goes on from it

@@ -162,22 +162,36 @@ def auto_address() -> str | None:
 
 
 @contextlib.contextmanager
-def loopback_node(local: bool):
-    """A local Ray's node advertised on 127.0.0.1: Ray turns the loopback address it is given into
-    this machine's outward address unless its cluster mode is off (as on macOS and Windows, the
-    one setting that keeps it: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, read when ray is imported, hence
-    the constant too while ray.init runs)."""
+def local_ray_started(local: bool):
+    """While a local Ray starts: its node advertised on 127.0.0.1, and its processes in process
+    groups of their own.
+
+    Ray turns the loopback address it is given into this machine's outward address unless its
+    cluster mode is off (as on macOS and Windows; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is read when
+    ray is imported, hence the constant too). Ray starts its GCS, raylet and helpers in the run's
+    process group, so a signal to that group (SLURM, `timeout`, `kill -- -PGID`) ended them
+    while the run was saving its envs from them; in groups of their own they get no group
+    signal, and the run closes them (or the watchdog, if it dies)."""
     if not local:
         yield
         return
-    from ray._private import ray_constants
+    from ray._private import ray_constants, services
 
     before = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
+    popen = services.ConsolePopen
+
+    class OwnGroupPopen(popen):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("process_group", 0)
+            super().__init__(*args, **kwargs)
+
     ray_constants.ENABLE_RAY_CLUSTER = False
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"  # Ray's processes started now
+    services.ConsolePopen = OwnGroupPopen
     try:
         yield
     finally:
+        services.ConsolePopen = popen
         ray_constants.ENABLE_RAY_CLUSTER = before[0]
         if before[1] is None:
             os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, None)
@@ -258,7 +272,7 @@ class Ray(VecEnv):
 
             self._reaper = reaper.start(os.getpid())
         try:
-            with loopback_node(local):
+            with local_ray_started(local):
                 self._ray.init(address=address, include_dashboard=False, log_to_driver=False,
                                configure_logging=False, **({"_node_ip_address": "127.0.0.1"} if local else {}))
         except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:

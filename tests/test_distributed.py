@@ -92,8 +92,8 @@ def test_two_ranks_resume_on_two_ranks_bit_for_bit_and_agree_on_their_statistics
     assert resumed["train/epoch"] == 8  # 2 saved epochs of 2 ranks count as 4 of one: 4 more to 4096 steps
 
 
-def start_two_ranks(tmp_path: Path, marker: str, *overrides: str) -> subprocess.Popen:
-    args = [TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "puffer", f"hydra.run.dir={tmp_path}",
+def start_two_ranks(tmp_path: Path, marker: str, *overrides: str, launcher: tuple = (TORCHRUN,)) -> subprocess.Popen:
+    args = [*launcher, "--standalone", "--nproc-per-node=2", "-m", "puffer", f"hydra.run.dir={tmp_path}",
             "train.total_timesteps=100000000", "runtime.log_interval=0", "dist.timeout=30", *overrides]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PUFFER_TEST_MARKER": marker}, start_new_session=True)
@@ -146,6 +146,30 @@ def test_sigusr1_to_a_torchrun_group_leaves_no_orphan_and_the_ranks_save(tmp_pat
     saved = sorted((tmp_path / "checkpoints").glob("epoch_*.pt"))
     log = (tmp_path / "puffer.log").read_text() if (tmp_path / "puffer.log").exists() else ""
     assert saved and len(checkpoint.read(saved[-1])["ranks"]) == 2, output[-3000:] + log[-3000:]
+
+
+def test_puffer_torchrun_passes_sigusr1_on_and_ends_a_sigterm_with_one_line_and_status_130(tmp_path):
+    """puffer.cli.torchrun: torchrun in-process; plain torchrun dies of SIGUSR1 and ends a SIGTERM
+    with exit 1 and its SignalException's traceback."""
+    import sys
+
+    marker = uuid.uuid4().hex
+    proc = start_two_ranks(tmp_path, marker, "train.num_steps=64",
+                           launcher=(sys.executable, "-m", "puffer.cli.torchrun"))
+    os.killpg(proc.pid, signal.SIGUSR1)  # a checkpoint, and training goes on
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "checkpoints").glob("epoch_*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (requested,) = (tmp_path / "checkpoints").glob("epoch_*.pt")
+    time.sleep(1.0)
+    assert proc.poll() is None
+    os.killpg(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output[-3000:]
+    assert "Traceback" not in output and output.count("SIGTERM: the ranks were asked to save") == 1, output[-3000:]
+    stopped = max((tmp_path / "checkpoints").glob("epoch_*.pt"))
+    assert stopped != requested and len(checkpoint.read(stopped)["ranks"]) == 2
+    assert_no_marked_process_left(marker)
 
 
 def test_slurm_tasks_of_the_submitit_launcher_become_ranks(monkeypatch):

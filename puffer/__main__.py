@@ -97,6 +97,9 @@ def command(args: list[str]) -> None:
     main()
 
 
+PROBE_BYTES = 64 * 1024  # what Hydra and the run's first files write before any training
+
+
 def unwritable_output_dir(args: list[str]) -> str | None:
     """The error for a run (or multirun) directory that cannot be made, before Hydra tries and
     fails with a traceback: its nearest existing folder is a file, or not writable."""
@@ -115,11 +118,17 @@ def unwritable_output_dir(args: list[str]) -> str | None:
     if path.is_dir() and os.access(path, os.W_OK | os.X_OK):
         import tempfile
 
+        probe = None
         try:  # what the permission bits do not say: /proc, a read-only mount, a full disk
-            os.rmdir(tempfile.mkdtemp(prefix=".puffer-probe-", dir=path))
+            probe = Path(tempfile.mkdtemp(prefix=".puffer-probe-", dir=path))
+            (probe / "probe").write_bytes(bytes(PROBE_BYTES))  # a full disk still makes a folder
             return None
         except OSError as exc:
-            why = f"refuses a new folder ({exc.strerror})"
+            why = f"refuses {'a new folder' if probe is None else 'to store a file'} ({exc.strerror})"
+        finally:
+            if probe is not None:
+                (probe / "probe").unlink(missing_ok=True)
+                probe.rmdir()
     return (f"{key}={value!r}: {path.resolve()} {why}, so the run's outputs cannot be written there; "
             f"pass a writable {key}=<folder> (or run from a writable directory)")
 

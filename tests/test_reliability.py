@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pickle
@@ -308,6 +309,23 @@ def test_a_really_full_disk_is_named_and_leaves_no_torn_file(small_disk):
         checkpoint.save_atomic({"policy": torch.zeros(1 << 20)}, path)  # 4 MB on a 1 MB disk
     assert torch.equal(checkpoint.read(path)["policy"], torch.zeros(1000))
     assert list(path.parent.iterdir()) == [path]
+
+
+def test_a_run_dir_on_a_full_disk_is_one_line_before_anything_starts(small_disk, tmp_path):
+    """A full disk still makes a folder (the probe used to stop there): Hydra then failed writing
+    its config with a traceback."""
+    filler = small_disk / "filler"
+    with contextlib.suppress(OSError):  # fill it to the last byte
+        with filler.open("wb") as out:
+            while True:
+                out.write(bytes(64 * 1024))
+    result = subprocess.run([sys.executable, "-m", "puffer", f"hydra.run.dir={small_disk / 'run'}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"hydra.run.dir='{small_disk / 'run'}': {small_disk} refuses to store a file (No space left on device), "
+        "so the run's outputs cannot be written there; pass a writable hydra.run.dir=<folder> (or run from a "
+        "writable directory)"], result.stderr
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # nothing left behind
 
 
 def test_resume_from_model_pt_says_it_holds_a_policy_only(make_cfg, tmp_path):

@@ -277,3 +277,17 @@ def test_compare_two_real_multiruns_with_shared_overrides(tmp_path):
     if pytest.importorskip("matplotlib"):
         assert (tmp_path / "b" / "compare.png").stat().st_size > 5000
         assert "[compare.png](compare.png)" in text
+
+
+def test_tables_name_envs_short_and_let_long_settings_wrap():
+    from puffer.report.tables import Row, env_labels, markdown
+
+    kaz = "pettingzoo.butterfly.knights_archers_zombies_v11(max_cycles=900)"
+    names = env_labels([kaz, "LunarLander-v3", "LunarLander-v3(continuous=True)", "ocean/cartpole"])
+    assert names == {kaz: "knights_archers_zombies_v11", "LunarLander-v3": "LunarLander-v3",
+                     "LunarLander-v3(continuous=True)": "LunarLander-v3(continuous=True)",  # told apart
+                     "ocean/cartpole": "ocean/cartpole"}
+    setting = "train.learning_rate=0.0003664,train.ent_coef=0.01,vec.num_envs=16"
+    table = markdown([Row(kaz, setting, 3, 1.0, 0.1, math.nan, math.nan, 100.0, 10.0)], {})
+    row = table.splitlines()[2]
+    assert row.startswith("| knights_archers_zombies_v11 | learning_rate=0.0003664, ent_coef=0.01, vec.num_envs=16 |")

@@ -20,6 +20,7 @@ from puffer.report import stats
 from puffer.report.tables import (
     Job,
     _number,
+    env_labels,
     final_returns,
     load_jobs,
     plot_returns,
@@ -53,6 +54,12 @@ def _keyed(jobs: list[Job]) -> dict[str, np.ndarray]:
     return {key: final_returns(members) for key, members in keyed.items()}
 
 
+def env_label(key: str, names: dict[str, str]) -> str:
+    """A _keyed key (`env` or `env [variant]`) with the env's short name."""
+    env, bracket, variant = key.partition(" [")
+    return names.get(env, env) + bracket + variant
+
+
 def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None, wandb: bool = False) -> dict:
     """Env by env, B's mean evaluation return against A's; a difference is flagged when Welch's
     t interval of it excludes 0. Envs in only one of them are listed apart. `wandb`: the table and
@@ -79,13 +86,14 @@ def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None,
     lines = [f"A: {a_dir} ({shared_settings(jobs_a)})", f"B: {b_dir} ({shared_settings(jobs_b)})", "",
              "| env | A return | +- 95% | B return | +- 95% | B - A | 95% (Welch) | verdict |",
              "|" + "---|" * 8]
+    names = env_labels(job.env for job in jobs_a + jobs_b)
     for d in differences:
         flag = f"**{d.verdict}**" if d.verdict in ("B better", "B worse") else d.verdict
-        lines.append(f"| {d.env} | {_number(d.a)} | {_number(d.a_ci95)} | {_number(d.b)} | {_number(d.b_ci95)} | "
+        lines.append(f"| {env_label(d.env, names)} | {_number(d.a)} | {_number(d.a_ci95)} | {_number(d.b)} | {_number(d.b_ci95)} | "
                      f"{_number(d.difference)} | [{_number(d.low)}, {_number(d.high)}] | {flag} |")
     for side, envs in only.items():
         if envs:
-            lines.append(f"\nOnly in {side}: {', '.join(envs)}")
+            lines.append(f"\nOnly in {side}: {', '.join(env_label(env, names) for env in envs)}")
     path = Path(out or b_dir) / "compare.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     images = plot_comparison(jobs_a, jobs_b, path.parent)

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 
@@ -137,10 +137,11 @@ def time_to_score_markdown(rows: list[TimeToScore]) -> str:
              "and the final evaluation (held-out episodes, deterministic policy), which can disagree:",
              "", "| env | setting | reached in training | final evaluation at score | median s | [min, max] s "
              "| median steps |", "|" + "---|" * 7]
+    names = env_labels(r.env for r in rows)
     for r in rows:
         median = f"{'> ' if r.censored else ''}{r.median_s:,.1f}"
         evaluated = "-" if r.evaluated is None else f"{r.evaluated}/{r.runs}"
-        lines.append(f"| {r.env} | {r.setting} | {r.reached}/{r.runs} | {evaluated} | {median} | "
+        lines.append(f"| {names[r.env]} | {readable(r.setting)} | {r.reached}/{r.runs} | {evaluated} | {median} | "
                      f"[{r.low_s:,.1f}, {r.high_s:,.1f}] | {r.median_steps:,.0f} |")
     return "\n".join(lines) + "\n"
 # Overrides that pick the env rather than how it is trained.
@@ -299,8 +300,9 @@ def sweep_command(sweep_dir: Path) -> str | None:
 def markdown(rows: list[Row], aggregates: dict[str, dict]) -> str:
     lines = ["| env | setting | seeds | eval return | +- 95% (t) | normalized | +- 95% (t) | SPS | wall s |",
              "|" + "---|" * 9]
+    names = env_labels(r.env for r in rows)
     for r in rows:
-        lines.append(f"| {r.env} | {r.setting} | {r.seeds} | {_number(r.eval_return)} | {_number(r.ci95)} | "
+        lines.append(f"| {names[r.env]} | {readable(r.setting)} | {r.seeds} | {_number(r.eval_return)} | {_number(r.ci95)} | "
                      f"{_number(r.normalized, 3)} | {_number(r.normalized_ci95, 3)} | {r.sps:,.0f} | {r.wall_s:.1f} |")
     if aggregates:
         lines += ["", "Across envs (normalized: random policy 0, reference 1; puffer.report.references). IQM: "
@@ -310,7 +312,7 @@ def markdown(rows: list[Row], aggregates: dict[str, dict]) -> str:
                   "| variant | envs | runs | IQM | IQM 95% | mean | mean 95% |", "|" + "---|" * 7]
         for setting, a in aggregates.items():
             (iqm, lo, hi), (mean, mlo, mhi) = a["iqm"], a["mean"]
-            lines.append(f"| {setting} | {a['envs']} | {a['runs']} | {iqm:.3f} | {_interval(lo, hi, a)} | "
+            lines.append(f"| {readable(setting)} | {a['envs']} | {a['runs']} | {iqm:.3f} | {_interval(lo, hi, a)} | "
                          f"{mean:.3f} | {_interval(mlo, mhi, a)} |")
     return "\n".join(lines) + "\n"
 
@@ -344,7 +346,8 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
 
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(rows)))
     values = [r.sps for r in rows]
-    bars = ax.barh([shorten(f"{r.env} | {r.setting}", 60) for r in rows], values)
+    names = env_labels(r.env for r in rows)
+    bars = ax.barh([shorten(f"{names[r.env]} | {r.setting}", 60) for r in rows], values)
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
     ax.invert_yaxis()  # the table's order, top to bottom
     ax.set_xlabel("steps per second (linear: bar lengths compare; the labels give small ones)")
@@ -357,6 +360,29 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
 
 
 LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def readable(setting: str) -> str:
+    """A setting as a table cell: train.* keys without their section, a space after each comma so
+    that a long one wraps (an Optuna trial's five sampled values ran past 150 characters in one
+    unbreakable line). report.csv keeps the overrides as given."""
+    return ", ".join(part.removeprefix("train.") for part in setting.split(","))
+
+
+def env_labels(envs) -> dict[str, str]:
+    """Each env's name as a table or plot shows it: a module path without its package
+    (pettingzoo.butterfly.knights_archers_zombies_v11(max_cycles=900) ->
+    knights_archers_zombies_v11), its constructor arguments kept where two envs of the report
+    share that name (LunarLander-v3 and LunarLander-v3(continuous=True)). report.csv keeps the
+    full names."""
+    def base(env: str) -> str:
+        name = env.split("(", 1)[0]
+        return name if "/" in name else name.rsplit(".", 1)[-1]
+
+    envs = set(envs)
+    counts = Counter(base(env) for env in envs)
+    return {env: base(env) if counts[base(env)] == 1 else base(env) + env[len(env.split("(", 1)[0]):]
+            for env in envs}
 
 
 def shorten(text: str, width: int = 40) -> str:
@@ -372,6 +398,7 @@ def plot_returns(plt, jobs: list[Job], x: str, label: str, path: Path) -> bool:
     if not any(len(j.curve(x=x)[0]) for j in jobs):
         return False
     envs = sorted({job.env for job in jobs})
+    names = env_labels(envs)
     columns = min(3, len(envs))
     height = math.ceil(len(envs) / columns)
     fig, axes = plt.subplots(height, columns, figsize=(5 * columns, 3.5 * height), squeeze=False)
@@ -396,7 +423,7 @@ def plot_returns(plt, jobs: list[Job], x: str, label: str, path: Path) -> bool:
                 # claims returns no episode can have)
                 ax.fill_between(grid, np.maximum(mean - half, values.min()), np.minimum(mean + half, values.max()),
                                 alpha=0.2)
-        ax.set_title(shorten(env), fontsize=11)
+        ax.set_title(shorten(names[env]), fontsize=11)
         ax.set_xlabel(label)
         ax.set_ylabel("training episode return")
         if ax.get_legend_handles_labels()[0]:

@@ -23,27 +23,27 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def test_a_real_multirun_grid_then_the_report(tmp_path):
     sweep = tmp_path / "sweep"
-    args = [sys.executable, "-m", "puffer", "-m", "env=classic/cartpole,ocean/cartpole", "seed=0,1",
+    args = [sys.executable, "-m", "puffer", "-m", "env=classic/cartpole,ocean/cartpole", "seed=0,1,2",
             "train.total_timesteps=2048", "eval.episodes=3", "logger=wandb",
             f"hydra.sweep.dir={sweep}"]
     loud = {key: value for key, value in os.environ.items() if key != "WANDB_SILENT"}  # as a user's shell
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=loud)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3", "4", "5"]
     last = (result.stdout + result.stderr).strip().splitlines()[-1]  # the multirun's own last line
-    assert last.endswith(f"multirun in {sweep}: 4 runs; compare them: python -m puffer.report {sweep}")
+    assert last.endswith(f"multirun in {sweep}: 6 runs; compare them: python -m puffer.report {sweep}")
 
     out = report(sweep)
     rows = {row.env: row for row in out["rows"]}
     assert set(rows) == {"CartPole-v1", "ocean/cartpole"}
     for row in out["rows"]:
-        assert row.seeds == 2 and row.eval_return > 0 and row.ci95 >= 0 and row.sps > 0 and row.wall_s > 0
+        assert row.seeds == 3 and row.eval_return > 0 and row.ci95 >= 0 and row.sps > 0 and row.wall_s > 0
         assert row.setting == f"env={'classic/cartpole' if row.env == 'CartPole-v1' else 'ocean/cartpole'}"
-    assert "| CartPole-v1 | env=classic/cartpole | 2 |" in out["markdown"].read_text()
+    assert "| CartPole-v1 | env=classic/cartpole | 3 |" in out["markdown"].read_text()
     # it stands alone: what was run, its budget, how it was evaluated, its plots
     text = out["markdown"].read_text()
     assert text.startswith(f"# Report of {sweep}\n")
-    assert ("- Command: `python -m puffer -m env=classic/cartpole,ocean/cartpole seed=0,1 "
+    assert ("- Command: `python -m puffer -m env=classic/cartpole,ocean/cartpole seed=0,1,2 "
             "train.total_timesteps=2048 eval.episodes=3 logger=wandb`") in text
     assert "- Budget: 2,048 steps per run" in text and "on 3 held-out episodes per run" in text
     assert "[returns.png](returns.png)" in text
@@ -54,19 +54,19 @@ def test_a_real_multirun_grid_then_the_report(tmp_path):
 
         assert matplotlib.image.imread(image).shape[2] in (3, 4)
 
-    # W&B as researchers group: one group per env and setting (the seeds collapse), a readable
+    # W&B as researchers group (2 envs x 3 seeds): one group per env and setting (the seeds collapse), a readable
     # name with the seed, tags for what the command changed but never a seed, no artifacts, a few
     # lines of W&B's own
-    records = [finished_run_records(sweep / str(i)) for i in range(4)]
+    records = [finished_run_records(sweep / str(i)) for i in range(6)]
     runs = [next(r.run for r in job if r.HasField("run")) for job in records]
     shared = "PPO train.total_timesteps=2048 eval.episodes=3"
-    assert [r.run_group for r in runs] == [f"CartPole-v1 {shared}"] * 2 + [f"ocean/cartpole {shared}"] * 2
-    assert runs[3].display_name == f"ocean/cartpole {shared} seed=1"
+    assert [r.run_group for r in runs] == [f"CartPole-v1 {shared}"] * 3 + [f"ocean/cartpole {shared}"] * 3
+    assert runs[4].display_name == f"ocean/cartpole {shared} seed=1"
     assert all(list(r.tags) == ["train.total_timesteps=2048", "eval.episodes=3"] for r in runs)
     assert {r.job_type for r in runs} == {"train"}
     assert not [r for job in records for r in job if r.HasField("artifact") and r.artifact.type == "model"]
     wandb_lines = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("wandb:")]
-    assert len(wandb_lines) <= 5 * 4, wandb_lines
+    assert len(wandb_lines) <= 5 * 6, wandb_lines
 
 
 def compose_with_sweeps(*overrides):

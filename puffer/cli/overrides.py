@@ -221,9 +221,9 @@ def check(args: list[str]) -> str | None:
 
     from puffer.config import CONF_DIR
 
-    problem_ = unreadable(args) or config_flags(args)
-    if problem_ is not None:
-        return problem_
+    unreadable_or_missing = unreadable(args) or config_flags(args)
+    if unreadable_or_missing is not None:
+        return unreadable_or_missing
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep", "suite"}
     choices, other_options, keys = [], [], []
     for arg in override_args(args):
@@ -268,6 +268,7 @@ def values_problem(compose, choices: list[str], keys: list[str]) -> str | None:
     each further value of a multirun's list (seed=0,1,a) set on it."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
+    from omegaconf.errors import OmegaConfBaseException
 
     firsts, rest = [], []
     for arg, override in zip(keys, OverridesParser.create().parse_overrides(keys), strict=True):
@@ -287,6 +288,6 @@ def values_problem(compose, choices: list[str], keys: list[str]) -> str | None:
     for arg, key, value in rest:
         try:
             OmegaConf.update(cfg, key, value, merge=True)
-        except Exception as exc:
+        except OmegaConfBaseException as exc:  # a value the key's type does not take
             return f"{arg}: {str(exc).splitlines()[0]}"
     return None

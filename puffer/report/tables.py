@@ -332,7 +332,7 @@ def plot(jobs: list[Job], rows: list[Row], aggregates: dict[str, dict], out: Pat
         fig, ax = plt.subplots(figsize=(6, 4))
         for setting, a in aggregates.items():
             line, = ax.plot(taus, stats.performance_profile(a["scores"], taus),
-                            label=f"{setting} ({a['envs']} envs, {a['runs']} runs)")
+                            label=f"{shorten(readable(setting), 48)} ({a['envs']} envs, {a['runs']} runs)")
             band = stats.profile_band(a["scores"], taus)
             if band is not None:  # where every env has enough runs for the bootstrap
                 ax.fill_between(taus, *band, alpha=0.2, color=line.get_color())

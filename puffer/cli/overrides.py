@@ -172,20 +172,21 @@ def override_args(args: list[str]) -> list[str]:
             and not (i and args[i - 1] in FLAGS_WITH_VALUES)]
 
 
-def unreadable(args: list[str]) -> str | None:
-    """The one line for the first override Hydra's grammar cannot read (a bracket left open, a
-    quote missing), which Hydra reports as a few lines and exit 1."""
+def parsed(args: list[str]) -> tuple[dict, str | None]:
+    """Each override as Hydra's grammar reads it ({arg: Override}), and the one line for the first
+    it cannot read (a bracket left open, a quote missing), which Hydra reports as a few lines and
+    exit 1."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
-    parser = OverridesParser.create()
+    parser, read = OverridesParser.create(), {}
     for arg in override_args(args):
         try:
-            parser.parse_overrides([arg])
+            (read[arg],) = parser.parse_overrides([arg])
         except OverrideParseException as exc:
-            return (f"{arg}: not a key=value override Hydra can read ({str(exc).splitlines()[0]}); a list is "
-                    "key=[a,b], and a value with spaces or brackets goes in quotes: 'key=[a, b]'")
-    return None
+            return read, (f"{arg}: not a key=value override Hydra can read ({str(exc).splitlines()[0]}); a list "
+                          "is key=[a,b], and a value with spaces or brackets goes in quotes: 'key=[a, b]'")
+    return read, None
 
 
 def config_flags(args: list[str]) -> str | None:
@@ -221,30 +222,24 @@ def check(args: list[str]) -> str | None:
 
     from puffer.config import CONF_DIR
 
-    unreadable_or_missing = unreadable(args) or config_flags(args)
-    if unreadable_or_missing is not None:
-        return unreadable_or_missing
+    read, unreadable = parsed(args)
+    missing = unreadable or config_flags(args)
+    if missing is not None:
+        return missing
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep", "suite"}
     choices, other_options, keys = [], [], []
     for arg in override_args(args):
-        key = arg.split("=", 1)[0].lstrip("+")
-        if "=" in arg and key.startswith("hydra/"):  # Hydra's own groups: hydra/launcher=...
-            parts = ("", key, arg.split("=", 1)[1])
-        elif "=" in arg and key.startswith("hydra."):
-            keys.append(arg)
+        name, eq, value = arg.partition("=")
+        key = name.lstrip("+")
+        if not eq:
             continue
-        else:
-            parts = split(arg)
-        if parts is None:
-            continue
-        prefix, key, value = parts
-        if key in groups or key.startswith("hydra/"):
+        if key in groups or key.startswith("hydra/"):  # a group choice (Hydra's own: hydra/launcher=...)
             if "(" in value:  # a sweep function (choice(...), range(...)): not composed here
                 return None
             first, *others = value.split(",")  # a multirun's options: the first composes the config
-            choices.append(f"{prefix}{key}={first}")
-            other_options += [f"{prefix}{key}={option}" for option in others]
-        else:
+            choices.append(f"{name}={first}")
+            other_options += [f"{name}={option}" for option in others]
+        elif split(arg) is not None or key.startswith("hydra."):
             keys.append(arg)
     if not choices and not keys:  # the default config: nothing to check (and no compose to pay for)
         return None
@@ -258,20 +253,19 @@ def check(args: list[str]) -> str | None:
             except Exception as exc:  # a bad group choice, named in one line where we can
                 return composition_error(exc)
             message = next((message for arg in keys if (message := problem(cfg, arg)) is not None), None)
-            return message or (values_problem(compose, choices, keys) if keys else None)
+            return message or (values_problem(compose, choices, {arg: read[arg] for arg in keys}) if keys else None)
     finally:
         GlobalHydra.instance().clear()
 
 
-def values_problem(compose, choices: list[str], keys: list[str]) -> str | None:
+def values_problem(compose, choices: list[str], keys: dict) -> str | None:
     """Each value's type as Hydra merges it: the config composed with every key's first value, then
-    each further value of a multirun's list (seed=0,1,a) set on it."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    each further value of a multirun's list (seed=0,1,a) set on it. `keys`: {arg: its Override}."""
     from hydra.core.override_parser.types import ValueType
     from omegaconf.errors import OmegaConfBaseException
 
     firsts, rest = [], []
-    for arg, override in zip(keys, OverridesParser.create().parse_overrides(keys), strict=True):
+    for arg, override in keys.items():
         if not override.is_sweep_override():
             firsts.append(arg)
             continue

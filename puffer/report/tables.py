@@ -375,14 +375,13 @@ def env_labels(envs) -> dict[str, str]:
     knights_archers_zombies_v11), its constructor arguments kept where two envs of the report
     share that name (LunarLander-v3 and LunarLander-v3(continuous=True)). report.csv keeps the
     full names."""
-    def base(env: str) -> str:
-        name = env.split("(", 1)[0]
-        return name if "/" in name else name.rsplit(".", 1)[-1]
+    def split(env: str) -> tuple[str, str]:  # (the short name, "(arguments)" or "")
+        name, bracket, arguments = env.partition("(")
+        return (name if "/" in name else name.rsplit(".", 1)[-1]), bracket + arguments
 
-    envs = set(envs)
-    counts = Counter(base(env) for env in envs)
-    return {env: base(env) if counts[base(env)] == 1 else base(env) + env[len(env.split("(", 1)[0]):]
-            for env in envs}
+    parts = {env: split(env) for env in set(envs)}
+    counts = Counter(base for base, _ in parts.values())
+    return {env: base if counts[base] == 1 else base + arguments for env, (base, arguments) in parts.items()}
 
 
 def shorten(text: str, width: int = 40) -> str:

@@ -81,6 +81,19 @@ SUITE = {
         ent_coef=0.00229519, clip_range=0.2, n_epochs=5, gae_lambda=0.99, max_grad_norm=0.7,
         vf_coef=0.835671, policy_kwargs=MUJOCO_POLICY)),
 }
+# rl-baselines3-zoo's DQN settings (hyperparams/dqn.yml, one env): the reference of puffer's
+# Q-learning (train=pqn), config -> (the zoo's budget, its settings in SB3's names).
+ZOO_DQN_SMALL = dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
+                     target_update_interval=250, train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+                     exploration_final_eps=0.1, policy_kwargs=dict(net_arch=[256, 256]))
+DQN_SUITE = {
+    "classic/cartpole": (50_000, dict(
+        learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+        target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+        exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))),
+    "classic/acrobot": (100_000, ZOO_DQN_SMALL),
+    "box2d/lunarlander": (100_000, ZOO_DQN_SMALL),
+}
 # The zoo's published PPO figures (benchmark.md): mean and std over its evaluation episodes.
 ZOO_STD = {"CartPole-v1": 0.0, "Acrobot-v1": 18.201, "MountainCar-v0": 19.473, "Pendulum-v1": 104.159,
            "MountainCarContinuous-v0": 2.572,
@@ -173,6 +186,19 @@ def sb3_setup(config: str, seed: int):
     if normalize:
         venv = VecNormalize(venv, gamma=zoo.get("gamma", 0.99))
     return PPO("MlpPolicy", venv, seed=seed, device="cpu", **zoo), venv, normalize
+
+
+def sb3_dqn_setup(config: str, seed: int):
+    """(SB3 DQN with the zoo's settings for `config`, untrained; its one env; False: the zoo
+    normalizes none of them), one torch thread."""
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(1)
+    _, env_id, kwargs, _, _ = SUITE[config]
+    venv = make_vec_env(env_id, n_envs=1, seed=seed, env_kwargs=kwargs)
+    return DQN("MlpPolicy", venv, seed=seed, device="cpu", **DQN_SUITE[config][1]), venv, False
 
 
 def sb3_job(config: str, seed: int, steps: int) -> None:

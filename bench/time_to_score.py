@@ -3,7 +3,7 @@ Stable-Baselines3 with rl-baselines3-zoo's settings, trained side by side on thi
 
     python bench/time_to_score.py [--envs classic/cartpole classic/acrobot ...] [--seeds 0 1 2]
                                   [--steps N] [--checkpoints 20] [--reference sb3|none]
-                                  [--jobs 2] [--out DIR] [puffer overrides ...]
+                                  [--jobs 2] [--out DIR] [--algorithm ppo|pqn] [puffer overrides ...]
 
 puffer trains with its shipped configs (the overrides, e.g. `preset=zoo` for the zoo's settings
 where a config departs from them, apply to puffer's runs only). Each run trains to the env's
@@ -24,6 +24,10 @@ puffer issue 32: Pendulum-v1
 or `--envs ocean` for all of them) use their solved scores (puffer.envs.ocean.SOLVED, with the
 stochastic policy where that is what solved means) and their config's budget; they have no
 SB3 reference.
+
+`--algorithm pqn` trains puffer with train=pqn (Q-learning) and SB3's DQN with the zoo's
+dqn.yml settings beside it, at the zoo's DQN budget (CartPole-v1 50k, Acrobot-v1 and
+LunarLander-v3 100k).
 
 puffer and SB3 runs of one seed go side by side with --jobs 2 (the default), so both see the
 same load; both get one torch thread (the thread policy's pick for these MLPs). Needs
@@ -53,7 +57,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
-from learn_suite import SUITE, sb3_evaluate, sb3_setup, suite_parser, suite_run  # noqa: E402
+from learn_suite import (  # noqa: E402
+    DQN_SUITE,
+    SUITE,
+    sb3_dqn_setup,
+    sb3_evaluate,
+    sb3_setup,
+    suite_parser,
+    suite_run,
+)
 
 from puffer.envs.ocean import SOLVED  # noqa: E402
 from puffer.report.stats import t_interval  # noqa: E402
@@ -151,12 +163,16 @@ def puffer_evaluate(run_dir: Path, seed: int, deterministic: bool = True) -> lis
 
 
 # -- SB3 + the zoo -----------------------------------------------------------------------------
-def sb3_run(config: str, seed: int, steps: int, checkpoints: int, run_dir: Path) -> None:
-    """Train SB3 PPO with the zoo's settings, saving every `steps / checkpoints` steps with the
-    training seconds so far (the saving itself not counted)."""
+# the SB3 algorithm of each kind of reference run: PPO beside train=ppo, DQN beside train=pqn
+SB3_KINDS = {"sb3": "PPO", "sb3-dqn": "DQN"}
+
+
+def sb3_run(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir: Path) -> None:
+    """Train SB3's PPO or DQN (`kind`) with the zoo's settings, saving every `steps / checkpoints`
+    steps with the training seconds so far (the saving itself not counted)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
-    model, venv, normalize = sb3_setup(config, seed)
+    model, venv, normalize = (sb3_dqn_setup if SB3_KINDS[kind] == "DQN" else sb3_setup)(config, seed)
     every = max(1, steps // checkpoints)
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -182,16 +198,16 @@ def sb3_run(config: str, seed: int, steps: int, checkpoints: int, run_dir: Path)
     (run_dir / "saved.json").write_text(json.dumps(saver.saved))
 
 
-def sb3_points(config: str, run_dir: Path, seed: int) -> list[dict]:
+def sb3_points(kind: str, config: str, run_dir: Path, seed: int) -> list[dict]:
     """Every saved SB3 model of a run: its step, training seconds and evaluation return."""
-    from stable_baselines3 import PPO
+    import stable_baselines3
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
     _, env_id, kwargs, _, _ = SUITE[config]
     points = []
     for saved in json.loads((run_dir / "saved.json").read_text()):
-        model = PPO.load(run_dir / saved["name"], device="cpu")
+        model = getattr(stable_baselines3, SB3_KINDS[kind]).load(run_dir / saved["name"], device="cpu")
         stats = run_dir / f"{saved['name']}_vecnormalize.pkl"
         norm = VecNormalize.load(str(stats), make_vec_env(env_id, n_envs=1, env_kwargs=kwargs)) if stats.exists() else None
         points.append({"step": saved["step"], "seconds": saved["seconds"],
@@ -206,10 +222,10 @@ def job(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir
     if kind == "puffer":
         puffer_run(config, seed, steps, checkpoints, run_dir, overrides)
     else:
-        sb3_run(config, seed, steps, checkpoints, run_dir)
+        sb3_run(kind, config, seed, steps, checkpoints, run_dir)
     wall = time.perf_counter() - started
     points = (puffer_evaluate(run_dir, seed, deterministic=score_of(config)[2]) if kind == "puffer"
-              else sb3_points(config, run_dir, seed))
+              else sb3_points(kind, config, run_dir, seed))
     (run_dir / "points.json").write_text(json.dumps({"wall": wall, "points": points}))
 
 
@@ -259,14 +275,22 @@ def main() -> None:
         return
     parser = suite_parser(__doc__, ["classic/cartpole"], jobs=2, out="outputs/time_to_score")
     parser.add_argument("--checkpoints", type=int, default=20, help="saved policies per run")
+    parser.add_argument("--algorithm", choices=["ppo", "pqn"], default="ppo",
+                        help="puffer's algorithm; pqn: SB3's DQN with the zoo's settings is the reference")
     args = parser.parse_args()
     if "ocean" in args.envs:
         args.envs = [e for e in args.envs if e != "ocean"] + [f"ocean/{name}" for name in SOLVED]
     out, kinds, steps_of = suite_run(args)
+    if args.algorithm == "pqn":
+        args.overrides = ["train=pqn", *args.overrides]
+        kinds = ["sb3-dqn" if kind == "sb3" else kind for kind in kinds]
+        steps_of = {config: args.steps or (DQN_SUITE[config][0] if config in DQN_SUITE else None)
+                    for config in args.envs}
     steps_of = {config: steps or budget(config, args.overrides) for config, steps in steps_of.items()}
     tags = {config: puffer_tag(config, args.overrides) for config in args.envs}  # composed here, once
+    references = DQN_SUITE if args.algorithm == "pqn" else SUITE  # the ocean envs have no SB3 reference
     runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds
-            if kind == "puffer" or config in SUITE]  # the ocean envs have no SB3 reference
+            if kind == "puffer" or config in references]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {run: pool.submit(result, out, *run, steps_of[run[1]], args.checkpoints, args.overrides,
                                     tags[run[1]] if run[0] == "puffer" else "")
@@ -276,8 +300,9 @@ def main() -> None:
     for config in args.envs:
         name, threshold, _ = score_of(config)
         ours = summary([records["puffer", config, seed] for seed in args.seeds], threshold)
-        theirs = (summary([records["sb3", config, seed] for seed in args.seeds], threshold)
-                  if ("sb3", config, args.seeds[0]) in records else None)
+        reference = next((kind for kind in kinds if kind != "puffer"), None)
+        theirs = (summary([records[reference, config, seed] for seed in args.seeds], threshold)
+                  if (reference, config, args.seeds[0]) in records else None)
         n = len(args.seeds)
         rows.append([name, f"{threshold:g}", f"{steps_of[config] / 1000:g}k", n, cell(ours, n),
                      f"{ours['steps'] / 1000:.0f}k", f"{ours['final']:.1f} +- {ours['final_ci']:.1f}",
@@ -285,7 +310,8 @@ def main() -> None:
                      f"{theirs['final']:.1f} +- {theirs['final_ci']:.1f}" if theirs else "-",
                      f"{theirs['time'] / ours['time']:.1f}" if theirs else "-"])
     print_table(["env", "score", "budget", "seeds", "puffer time to score (median [min, max] reached)",
-                 "steps", "final (t 95%)", "SB3 + zoo time to score", "steps", "final (t 95%)",
+                 "steps", "final (t 95%)", f"SB3 {'DQN' if args.algorithm == 'pqn' else 'PPO'} + zoo time to score",
+                 "steps", "final (t 95%)",
                  "SB3 / puffer"], rows)
     print(f"runs in {out}")
 

@@ -162,13 +162,14 @@ def _run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None) -> d
     vecenv = make_vecenv(cfg, env_creator, seed)
     logger = progress = None
     try:
+        algorithm = algorithm_class(train_cfg._target_)
+        algorithm.check_env(vecenv)
         policy = make_policy(cfg, vecenv)
         distributed.broadcast_parameters(policy)  # every rank starts from rank 0's weights
         # rank 0 alone logs and draws progress (and writes checkpoints and evaluates)
         logger = make_logger(cfg, run_dir, overrides) if ctx.is_main else Logger()
         progress = (ProgressReporter(env_name(cfg), interval=cfg.runtime.log_interval)
                     if ctx.is_main else None)
-        algorithm = algorithm_class(train_cfg._target_)
         score_watch = ScoreWatch(env_score(cfg))
         trainer = algorithm(train_cfg, vecenv, policy, device=device, seed=seed,
                             runtime=OmegaConf.to_object(cfg.runtime), logger=logger,

@@ -89,15 +89,32 @@ def test_preset_zoo_gives_an_env_rl_zoos_settings_and_keeps_the_rest(make_cfg):
     validate(zoo)
 
 
-def test_every_preset_file_belongs_to_a_preset_and_an_env_config():
-    """conf/preset_env/<preset>/<env config>.yaml is read only when both exist: a typo there
-    would be ignored in silence."""
+def test_every_preset_file_belongs_to_a_preset_an_algorithm_and_an_env_config():
+    """conf/preset_env/<preset>/<train>/<env config>.yaml is read only when all three exist: a
+    typo there would be ignored in silence."""
     files = sorted((CONF_DIR / "preset_env").rglob("*.yaml"))
     assert files
     for path in files:
-        preset, *env = path.relative_to(CONF_DIR / "preset_env").with_suffix("").parts
+        preset, algorithm, *env = path.relative_to(CONF_DIR / "preset_env").with_suffix("").parts
         assert (CONF_DIR / "preset" / f"{preset}.yaml").is_file(), path
+        assert (CONF_DIR / "train" / f"{algorithm}.yaml").is_file(), path
         assert (CONF_DIR / "env" / Path(*env).with_suffix(".yaml")).is_file(), path
+
+
+def test_every_tuned_file_belongs_to_an_algorithm_and_an_env_config():
+    """conf/tuned/<train>/<env config>.yaml likewise: read only when both exist."""
+    files = sorted((CONF_DIR / "tuned").rglob("*.yaml"))
+    assert files
+    for path in files:
+        algorithm, *env = path.relative_to(CONF_DIR / "tuned").with_suffix("").parts
+        assert (CONF_DIR / "train" / f"{algorithm}.yaml").is_file(), path
+        assert (CONF_DIR / "env" / Path(*env).with_suffix(".yaml")).is_file(), path
+
+
+def test_an_algorithm_reads_only_its_own_tuning(make_cfg):
+    """An env's PPO settings (conf/tuned/ppo) are PPO's and SPO's, not another algorithm's."""
+    assert make_cfg("env=classic/acrobot", "train=spo").train.num_steps == 256
+    assert make_cfg("env=atari/breakout", "train=spo").train.clip_coef == 0.1
 
 
 def test_env_tuned_settings_override_generic_train_defaults(make_cfg):

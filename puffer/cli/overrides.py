@@ -78,6 +78,12 @@ def problem(cfg: DictConfig, arg: str) -> str | None:
         return f"{arg}: {parent_key} has no key {leaf} yet; add one with +{key}=..."
     if key in MOVED:
         return f"{arg}: {key} has moved; it is {MOVED[key]} now"
+    if parent_key == "train" and not prefix:
+        owners = algorithms_with(leaf)
+        if owners:
+            chosen = algorithm_options(OmegaConf.get_type(cfg.train))
+            return (f"{arg}: train.{leaf} is not a setting of {' or '.join(f'train={o}' for o in chosen)}; "
+                    f"it is one of {', '.join(f'train={o}' for o in owners)}")
     paths = leaf_paths(cfg)
     if not parent_key:  # a key without its group: learning_rate=1e-3
         homes = [p for p in paths if p.rsplit(".", 1)[-1] == key]
@@ -88,6 +94,32 @@ def problem(cfg: DictConfig, arg: str) -> str | None:
     what = (f"{parent_key or 'the config'} takes no new key {leaf} (its keys are typed)" if prefix
             else f"no key {key}")
     return f"{arg}: {what}; {hint}`python -m puffer --cfg job` prints every key"
+
+
+def algorithm_schemas() -> dict[str, type]:
+    """Each train= option (conf/train/<option>.yaml) with the schema its defaults link."""
+    import re
+
+    from puffer.config import CONF_DIR
+    from puffer.config.schema import ALGORITHM_SCHEMAS
+
+    found = {}
+    for path in sorted((CONF_DIR / "train").glob("*.yaml")):
+        linked = re.search(r"/schema/(\w+)@_here_", path.read_text())
+        if linked and linked[1] in ALGORITHM_SCHEMAS:
+            found[path.stem] = ALGORITHM_SCHEMAS[linked[1]]
+    return found
+
+
+def algorithm_options(schema: type) -> list[str]:
+    """The train= options whose settings `schema` types (PPO's: ppo and spo)."""
+    return [option for option, linked in algorithm_schemas().items() if linked is schema] or ["?"]
+
+
+def algorithms_with(key: str) -> list[str]:
+    """The train= options that have `key` among their settings."""
+    return [option for option, schema in algorithm_schemas().items()
+            if key in {f.name for f in dataclasses.fields(schema)}]
 
 
 # Hydra's own command-line flags (python -m puffer --help lists them), and those that take a value.

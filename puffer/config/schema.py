@@ -84,6 +84,25 @@ class TrainConfig(AlgorithmConfig):
 
 
 @dataclass
+class PQNConfig(AlgorithmConfig):
+    """PQN's settings (puffer.training.pqn; Gallici et al. 2024), with CleanRL's pqn.py names and
+    defaults: Q(lambda) targets over each rollout, epsilon-greedy acting, no replay buffer and
+    no target network."""
+
+    _target_: str = "puffer.training.pqn.PQN"
+    learning_rate: float = 2.5e-4
+    update_epochs: int = 4
+    # lambda of the Q(lambda) targets: 0 is one-step Q-learning, 1 the Monte Carlo return.
+    q_lambda: float = 0.65
+    max_grad_norm: float = 10.0
+    # Epsilon of the epsilon-greedy actions: from start_e to end_e, linearly over the first
+    # exploration_fraction of train.total_timesteps, then end_e.
+    start_e: float = 1.0
+    end_e: float = 0.05
+    exploration_fraction: float = 0.5
+
+
+@dataclass
 class RuntimeConfig:
     """How this process runs the training, whatever the algorithm: checkpoints, threads,
     compilation, precision, progress lines. A resumed run keeps its checkpoint's values unless
@@ -283,6 +302,21 @@ class DefaultPolicyConfig:
 
 
 @dataclass
+class QPolicyConfig:
+    """puffer.policies.networks.QNetwork: a value per action (Q-learning: train=pqn), an MLP with a
+    LayerNorm before each activation (layer_norm, PQN's)."""
+
+    _target_: str = "puffer.policies.networks.QNetwork"
+    hidden_size: int = 128
+    num_layers: int = 2
+    activation: str = "relu"
+    layer_norm: bool = True
+    rnn: str | None = None
+    norm_obs: bool = False
+    obs_clip: float = 10.0
+
+
+@dataclass
 class CNNPolicyConfig:
     """puffer.policies.networks.NatureCNN: the Nature DQN torso (32-8-4, 64-4-2, 64-3-1, 512) shared by
     actor and critic; observations / 255."""
@@ -396,6 +430,10 @@ class RunConfig:
     trust_code: bool = False
 
 
+# Each algorithm's schema by its ConfigStore name (schema/<name>): conf/train/<option>.yaml
+# links one, and a train.* key of another algorithm's is named as such (puffer.cli.overrides).
+ALGORITHM_SCHEMAS: dict[str, type] = {"train": TrainConfig, "train_pqn": PQNConfig}
+
 # The vocabularies: the values a key may take, checked by puffer.config.validate and used by
 # the code they name (its tables are keyed by these).
 MODES = ("train", "profile", "eval", "benchmark", "export")
@@ -426,9 +464,10 @@ def help_groups() -> str:
     Hydra's own list also shows the typed schemas and the bases the env files build on (the
     env/*/default.yaml files), which are not choices."""
     lines = []
-    # (preset_env/: what a preset gives each env, read through `preset`, not chosen itself)
+    # (preset_env/ and tuned/: what a preset or an algorithm gives each env, read through
+    # `preset` and `train`, not chosen themselves)
     for group in sorted(p for p in CONF_DIR.rglob("*") if p.is_dir() and p.name != "hydra"
-                        and p.relative_to(CONF_DIR).parts[0] != "preset_env"):
+                        and p.relative_to(CONF_DIR).parts[0] not in ("preset_env", "tuned")):
         options = sorted(f.stem for f in group.glob("*.yaml")
                          if not (f.stem == "default" and group.parent.name == "env"))
         if options:
@@ -447,12 +486,13 @@ def register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for name, node in {
-        "train": TrainConfig, "runtime": RuntimeConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
+        **ALGORITHM_SCHEMAS, "runtime": RuntimeConfig, "vec": VecConfig, "logger": LoggerConfig, "mode": ModeConfig,
         "profile": ProfileConfig,
         "env_gymnasium": GymnasiumEnvConfig, "env_pettingzoo": PettingZooEnvConfig,
         "env_atari": AtariEnvConfig, **OCEAN_SCHEMAS,
         "policy_cnn": CNNPolicyConfig,
         "policy_default": DefaultPolicyConfig,
+        "policy_q": QPolicyConfig,
     }.items():
         cs.store(group="schema", name=name, node=node)
 

@@ -155,6 +155,15 @@ def _check_env_and_policy(cfg) -> None:
     if "layout" in p:
         _require(p.layout in PIXEL_LAYOUTS, "policy.layout", p.layout, f"one of {PIXEL_LAYOUTS}")
     _require(p.get("rnn") in (None, "lstm"), "policy.rnn", p.get("rnn"), "lstm or null")
+    if "q_lambda" in cfg.train:  # a Q-learner (train=pqn) needs a network of action values
+        _require(p.get("_target_") not in ACTOR_CRITICS, "policy._target_", p.get("_target_"),
+                 "a network of action values with train=pqn: policy=q (puffer.policies.networks.QNetwork)")
+        _require(p.get("rnn") is None, "policy.rnn", p.get("rnn"),
+                 "null with train=pqn (its Q-networks are feed-forward here)")
+
+
+# The actor-critic networks, which a Q-learner cannot learn with.
+ACTOR_CRITICS = ("puffer.policies.networks.Default", "puffer.policies.networks.NatureCNN")
 
 
 def _check_vec(v) -> None:
@@ -223,6 +232,8 @@ def _check_train(t, v) -> None:
     if "target_kl" in has:
         _require(t.target_kl is None or t.target_kl > 0, "train.target_kl", t.target_kl,
                  "a number > 0 or null")
+    for key in has & {"q_lambda", "start_e", "end_e", "exploration_fraction"}:
+        _require(0 <= t[key] <= 1, f"train.{key}", t[key], "a number in [0, 1]")
     if "prio_beta0" in has:
         _require(0 <= t.prio_beta0 <= 1, "train.prio_beta0", t.prio_beta0, "a number in [0, 1]")
 

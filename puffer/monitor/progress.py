@@ -43,7 +43,8 @@ def snapshot(trainer) -> dict:
         "eta": (total - trainer.global_step) / sps if sps > 0 else float("nan"),
         "epoch": trainer.epoch, "epochs": trainer.num_epochs,
         "sections": {name: m.get(f"perf/{name}_pct", 0.0) for name in SECTIONS},
-        "losses": {name: m.get(f"train/{name}", float("nan")) for name in LOSSES},
+        # the algorithm's own (Trainer.shown_losses), the first two in the one-line view
+        "losses": {name: m.get(f"train/{name}", float("nan")) for name in getattr(trainer, "shown_losses", LOSSES)},
         "return": m.get("env/episode_return", float("nan")),
         "lowest": lowest,  # a batch of members: (the lowest member return, that member)
         "length": m.get("env/episode_length", float("nan")),
@@ -111,8 +112,7 @@ def line(name: str, s: dict) -> str:
     sections = " ".join(f"{k} {v:.0f}%" for k, v in s["sections"].items())
     return (f"{name} | step {s['step']:,}/{s['total']:,} | epoch {s['epoch']}/{s['epochs']} | "
             f"{s['sps']:,.0f} SPS | ETA {duration(s['eta'])} | return {returns_text(s, 1)} | "
-            f"policy_loss {s['losses']['policy_loss']:.3f} value_loss "
-            f"{s['losses']['value_loss']:.3f} | {sections}" + (
+            + "".join(f"{k} {v:.3f} | " for k, v in list(s["losses"].items())[:2]) + f"{sections}" + (
                 f" | other processes use {s['others']:.0f}% of the CPUs"
                 if s["others"] >= CONTENDED_PCT else ""))
 

@@ -26,11 +26,16 @@ def default_init(module: nn.Module) -> None:
             layer.reset_parameters()
 
 
-def mlp(in_dim: int, hidden: int, layers: int, activation: str) -> nn.Sequential:
+def mlp(in_dim: int, hidden: int, layers: int, activation: str, layer_norm: bool = False) -> nn.Sequential:
+    """`layers` linear layers of `hidden` units, each followed by the activation; `layer_norm`
+    puts a LayerNorm between each linear layer and its activation (PQN's network)."""
     if activation not in ACTIVATION_LAYERS:
         raise ValueError(f"policy.activation={activation!r}: expected one of {sorted(ACTIVATION_LAYERS)}")
     modules, dim = [], in_dim
     for _ in range(layers):
-        modules += [layer_init(nn.Linear(dim, hidden)), ACTIVATION_LAYERS[activation]()]
+        modules.append(layer_init(nn.Linear(dim, hidden)))
+        if layer_norm:
+            modules.append(nn.LayerNorm(hidden))
+        modules.append(ACTIVATION_LAYERS[activation]())
         dim = hidden
     return nn.Sequential(*modules)

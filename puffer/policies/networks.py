@@ -236,6 +236,40 @@ class Default(nn.Module):
 
 
 
+class QNetwork(nn.Module):
+    """Action values for a Discrete action space: the encoded observation, an MLP (with a
+    LayerNorm before each activation by default, as PQN's network: Gallici et al. 2024 find
+    that it keeps Q-learning stable without a target network), and one output per action.
+
+    As every policy it returns `(dist_params, value)`: the Q-values, read by `ActionDist` as
+    logits (so the deterministic action, which evaluation, `puffer.load(...).act` and export
+    take, is the greedy one), and the greatest of them, the state's value under the greedy
+    policy, which the collector stores for the Q-learning targets. A Q-learner acts
+    epsilon-greedily while it trains (its trainer chooses the actions)."""
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
+                 hidden_size: int = 128, num_layers: int = 2, activation: str = "relu",
+                 layer_norm: bool = True):
+        super().__init__()
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(f"policy=q learns a value per action of a Discrete action space; this env's "
+                             f"is {action_space}")
+        self.encoder = ObsEncoder(observation_space)
+        self.body = mlp(self.encoder.out_dim, hidden_size, num_layers, activation, layer_norm)
+        self.q_head = layer_init(nn.Linear(hidden_size, int(action_space.n)))
+        self.hidden_out = hidden_size
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.body(self.encoder(obs))
+
+    def decode(self, hidden: torch.Tensor):
+        q = self.q_head(hidden)
+        return q, q.max(-1).values
+
+    def forward(self, obs: torch.Tensor):
+        return self.decode(self.encode(obs))
+
+
 def pixel_layout(shape: tuple[int, ...], layout: str = "auto") -> str:
     """chw or hwc for a 3-d frame shape: `auto` takes a last axis of 1, 3 or 4 (gray, RGB, RGBA)
     after a larger first one as channels last (gymnasium's render and most envs' frames)."""

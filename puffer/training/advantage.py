@@ -70,3 +70,18 @@ def turn_gae(r: Rollout, out: torch.Tensor, gamma: float, lam: float) -> None:
         adv_next = torch.where(valid, advantage, torch.where(ended > 0, zeros, adv_next))
         value_next = torch.where(valid, r.values[t], value_next)
         rewards, terminal, cut = (torch.where(valid, zeros, x) for x in (rewards, terminal, cut))
+
+
+def q_lambda(r: Rollout, out: torch.Tensor, gamma: float, lam: float) -> None:
+    """Q(lambda) targets into `out` (num_steps, rows), the returns PQN learns from (Gallici et al.
+    2024; Peng's Q(lambda) without off-policy cuts): G_t = r_t + gamma * (lam * G_t+1 +
+    (1 - lam) * max_a Q(s_t+1, a)), where the rollout's values are the greedy values max_a Q
+    (puffer.policies.networks.QNetwork). An episode end cuts the trace: a terminal bootstraps
+    from nothing, a truncation from the value of its final observation (the next row's); past
+    the rollout, the value of the next observation."""
+    last = r.next_value
+    for t in reversed(range(r.num_steps)):
+        next_value = r.next_value if t == r.num_steps - 1 else r.values[t + 1]
+        carried = torch.where(r.dones[t] > 0, next_value, lam * last + (1 - lam) * next_value)
+        last = r.rewards[t] + gamma * (1 - r.terminals[t]) * carried
+        out[t] = last

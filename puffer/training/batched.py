@@ -60,6 +60,10 @@ UNBATCHABLE = {
 def check_batchable(configs: list[TrainConfig], recurrent: bool = False) -> None:
     """ConfigError naming the key unless `configs` can train as members of one batch: equal in
     every train.* key but MEMBER_KEYS, Adam, feed-forward, none of UNBATCHABLE."""
+    for config in configs:  # (BatchedPPO is PPO's loss; SPO's or PQN's would be replaced by it)
+        if config._target_ != "puffer.training.ppo.PPO":
+            raise ConfigError(f"train._target_={config._target_!r}: members of a batch train with PPO only; "
+                              "expected train=ppo, or a launcher other than hydra/launcher=members")
     first = asdict(configs[0])
     for k, config in enumerate(configs[1:], 1):
         for key, value in asdict(config).items():

@@ -22,7 +22,6 @@ from puffer.runtime import distributed
 from puffer.training import minibatches
 from puffer.training.advantage import gae, turn_gae
 from puffer.training.minibatches import Minibatch, Priority
-from puffer.training.optim import lr_scale
 from puffer.training.rollout import float32_params
 from puffer.training.trainer import NonFiniteError, Trainer, seed_everything
 
@@ -87,9 +86,7 @@ class PPO(Trainer):
         c, r = self.config, self.rollout
         self.compute_advantages()
         remaining = 1 - self.epoch / self.num_epochs  # the clip's schedule is linear
-        if c.anneal_lr:
-            for group in self.optimizer.param_groups:
-                group["lr"] = c.learning_rate * lr_scale(c.lr_schedule, self.epoch / self.num_epochs)
+        self.anneal_learning_rate()
         self.clip_coef = c.clip_coef * remaining if c.anneal_clip else c.clip_coef
         if not r.valid.any():
             return {}

@@ -78,7 +78,8 @@ class Collector:
 
     def __init__(self, vecenv, policy: nn.Module, rollout: Rollout, seed: int = 0, forward=None,
                  profiler: Profiler | None = None, autocast=None,
-                 reward_scaler: RewardScaler | None = None, on_step=None, noise: Noise = GLOBAL_NOISE):
+                 reward_scaler: RewardScaler | None = None, on_step=None, noise: Noise = GLOBAL_NOISE,
+                 choose=None):
         self.vecenv = vecenv
         self.policy = policy
         self.rollout = rollout
@@ -89,6 +90,9 @@ class Collector:
         self.reward_scaler = reward_scaler  # rewards are stored scaled when given
         self.on_step = on_step  # on_step(t, index, params, value): what an algorithm keeps more
         self.acting = Acting(policy, vecenv.single_action_space, forward, noise)
+        # choose(dist_params) -> (actions, log-probabilities): sampled from the policy's
+        # distribution, or an algorithm's own rule (PQN's epsilon-greedy)
+        self.choose = choose or self.acting.choose
         self.recurrent = self.acting.recurrent
         N = vecenv.num_rows
         self.state = self.acting.initial_state(N, self.device)  # per row, recurrent policies only
@@ -176,7 +180,7 @@ class Collector:
                 else:
                     params, value, _ = self.acting.outputs(r.obs[t, index])
             params, value = float32_params(params), value.float()
-            action, logprob = self.acting.choose(params)
+            action, logprob = self.choose(params)
             r.values[t, index] = value
             r.actions[t, index] = action
             r.logprobs[t, index] = logprob

@@ -27,11 +27,12 @@ from puffer.config.schema import AlgorithmConfig, RuntimeConfig
 from puffer.files import checkpoint
 from puffer.loggers.base import Logger
 from puffer.monitor.profiler import Profiler
+from puffer.monitor.progress import LOSSES
 from puffer.policies.distributions import GLOBAL_NOISE, Noise
 from puffer.policies.protocol import check_policy, is_recurrent
 from puffer.runtime import distributed, threads
 from puffer.runtime.allocator import retain_freed_memory
-from puffer.training.optim import make_optimizer
+from puffer.training.optim import lr_scale, make_optimizer
 from puffer.training.reward_scaler import RewardScaler
 from puffer.training.rollout import Collector, Rollout
 from puffer.vector.base import EnvError
@@ -113,6 +114,8 @@ class Trainer:
     # Agents whose rows share the vector env (puffer.training.batched: members of a batch, each
     # with vecenv.num_rows / agents rows): steps and epochs count one agent's steps.
     agents: int = 1
+    # The train/* metrics the progress dashboard shows, PPO's by default.
+    shown_losses: tuple[str, ...] = LOSSES
 
     def __init__(self, config: AlgorithmConfig, vecenv, policy: nn.Module, device: str = "cpu",
                  seed: int = 0, runtime: RuntimeConfig | None = None, logger: Logger | None = None,
@@ -172,7 +175,7 @@ class Trainer:
         self.collector = Collector(vecenv, self.policy, self.rollout, seed=seed, forward=self.forward,
                                    profiler=self.profiler, autocast=self.autocast,
                                    reward_scaler=reward_scaler, on_step=self.record_step,
-                                   noise=self.sampling_noise())
+                                   noise=self.sampling_noise(), choose=self.action_rule())
         self.epoch = 0
         self.epoch_end_step = 0  # the global step at the end of the last completed epoch
         self.train_seconds = 0.0  # wall time spent training, over every resume (the model card's)
@@ -187,6 +190,11 @@ class Trainer:
         # and go on (`save_requested`, SIGUSR1), or save and stop (`stop_requested`, a reason).
         self.save_requested = False
         self.stop_requested: str | None = None
+
+    @classmethod
+    def check_env(cls, vecenv) -> None:
+        """A ConfigError where this algorithm cannot learn in `vecenv` (its spaces, its kind), said
+        before a policy is built for it. Every env suits PPO."""
 
     # -- what a batch of agents (puffer.training.batched) replaces -----------------------------
     def make_optimizer(self):
@@ -205,6 +213,11 @@ class Trainer:
     def sampling_noise(self) -> Noise:
         """Where the collector's action sampling draws its random numbers."""
         return GLOBAL_NOISE
+
+    def action_rule(self):
+        """How the collector picks actions from the policy's outputs: None samples the policy's
+        distribution; a Q-learner gives its exploration rule (puffer.training.pqn)."""
+        return None
 
     def adjusted_threads(self, plan: threads.ThreadPlan) -> threads.ThreadPlan:
         """The thread plan this trainer uses, from the one its policy's FLOPs give."""
@@ -253,6 +266,13 @@ class Trainer:
     def update(self) -> dict[str, float]:
         """Learn from `self.rollout`; returns `train/*` metrics. Each algorithm implements it."""
         raise NotImplementedError(f"{type(self).__name__} implements no update()")
+
+    def anneal_learning_rate(self) -> None:
+        """train.anneal_lr: the LR of this epoch on train.lr_schedule's way to 0."""
+        c = self.config
+        if c.anneal_lr:
+            for group in self.optimizer.param_groups:
+                group["lr"] = c.learning_rate * lr_scale(c.lr_schedule, self.epoch / self.num_epochs)
 
     def record_step(self, t: int, index, params, value: torch.Tensor) -> None:
         """What an algorithm keeps of each collected step beyond the rollout's fields (the

@@ -238,6 +238,19 @@ def test_the_shipped_config_solves_each_sanity_env(make_cfg, tmp_path, name, see
         np.testing.assert_array_equal(agent.act(obs), piles % 4 - 1)
 
 
+# The sanity envs PQN solves: those without memory whose actions are Discrete (spaces' are hybrid,
+# nim is turn-based; memory needs an LSTM, stochastic a mixed policy a greedy one cannot be).
+PQN_SOLVES = ("bandit", "password", "multiagent")
+
+
+@pytest.mark.ocean
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", PQN_SOLVES)
+def test_pqn_solves_the_sanity_envs_a_greedy_feed_forward_policy_can(make_cfg, tmp_path, name, seed):
+    metrics = run(make_cfg(f"env=ocean/{name}", "train=pqn", f"seed={seed}"), tmp_path)
+    assert metrics["eval/return_mean"] >= ocean.SOLVED[name][0], metrics
+
+
 @pytest.mark.ocean
 def test_memory_is_not_solved_by_a_feed_forward_policy(make_cfg, tmp_path):
     metrics = run(make_cfg("env=ocean/memory", "policy.rnn=null"), tmp_path)

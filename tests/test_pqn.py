@@ -160,3 +160,29 @@ def test_only_ppo_trains_as_members_of_a_batch(make_cfg):
         with pytest.raises(ConfigError, match=f"train._target_=.*{algorithm.upper()}'.*members of a batch train "
                                               "with PPO only"):
             check_batchable([OmegaConf.to_object(make_cfg(f"train={algorithm}").train)] * 2)
+
+
+def test_a_masked_q_networks_value_is_its_best_allowed_action():
+    from puffer.emulation.spaces import ObsLayout
+    from puffer.policies.build import build_policy
+
+    layout = ObsLayout(spaces.Dict({"action_mask": spaces.MultiBinary(3), "obs": spaces.Box(-1, 1, (2,), np.float32)}))
+    policy = build_policy({"_target_": "puffer.policies.networks.QNetwork"}, layout.flat_space, spaces.Discrete(3))
+    rows = np.zeros((3, *layout.flat_space.shape), layout.flat_space.dtype)
+    views = layout.leaf_views(rows)
+    for row, mask in enumerate(([1, 1, 1], [1, 0, 0], [0, 1, 1])):
+        layout.write([v[row] for v in views], {"action_mask": np.array(mask, np.int8), "obs": np.ones(2, np.float32)})
+    q, value = policy(torch.from_numpy(rows))
+    inner, _ = policy.policy(torch.from_numpy(rows))  # the network's own, unmasked
+    assert value[0] == inner[0].max() and value[1] == inner[1, 0] and value[2] == inner[2, 1:].max()
+    assert (q.argmax(-1)[1:] != torch.tensor([1, 0])).all()  # masked actions are never greedy
+
+
+def test_a_key_of_another_algorithm_is_one_line_naming_whose_it_is(cli):
+    result = cli("train=pqn", "train.clip_coef=0.1", check=False)
+    assert result.returncode == 2
+    assert (result.stdout + result.stderr).strip() == ("train.clip_coef=0.1: train.clip_coef is not a setting of "
+                                                       "train=pqn; it is one of train=ppo, train=spo")
+    result = cli("train.q_lambda=0.5", check=False)
+    assert result.returncode == 2 and "train.q_lambda is not a setting of train=ppo or train=spo; it is one of " \
+                                      "train=pqn" in result.stdout + result.stderr

@@ -247,6 +247,10 @@ class QNetwork(nn.Module):
     policy, which the collector stores for the Q-learning targets. A Q-learner acts
     epsilon-greedily while it trains (its trainer chooses the actions)."""
 
+    # the value is the greatest Q-value (an action mask keeps it to the allowed actions':
+    # puffer.policies.wrappers.ActionMasked)
+    greedy_value = True
+
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  hidden_size: int = 128, num_layers: int = 2, activation: str = "relu",
                  layer_norm: bool = True):

@@ -129,6 +129,16 @@ class ActionMasked(PolicyWrapper):
         self.index = mask_leaf(observation_space, action_space)
         self.layout = ObsLayout(observation_space.native)
         self.continuous = ActionDist(action_space).continuous
+        # a Q-network's value is its greatest action value: of the allowed actions, once masked
+        self.greedy_value = getattr(policy, "greedy_value", False)
+
+    def forward(self, obs: torch.Tensor):
+        params, value = super().forward(obs)
+        return params, params.max(-1).values if self.greedy_value else value
+
+    def step(self, obs: torch.Tensor, state):
+        params, value, state = super().step(obs, state)
+        return params, params.max(-1).values if self.greedy_value else value, state
 
     def outputs(self, params, obs: torch.Tensor):
         rows = obs.reshape(-1, obs.shape[-1])  # (T, B, row) sequences give (T*B)-flat params

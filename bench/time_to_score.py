@@ -3,7 +3,7 @@ Stable-Baselines3 with rl-baselines3-zoo's settings, trained side by side on thi
 
     python bench/time_to_score.py [--envs classic/cartpole classic/acrobot ...] [--seeds 0 1 2]
                                   [--steps N] [--checkpoints 20] [--reference sb3|none]
-                                  [--jobs 2] [--out DIR] [--algorithm ppo|pqn] [puffer overrides ...]
+                                  [--jobs 2] [--out DIR] [--algorithm ppo|pqn|dqn] [puffer overrides ...]
 
 puffer trains with its shipped configs (the overrides, e.g. `preset=zoo` for the zoo's settings
 where a config departs from them, apply to puffer's runs only). Each run trains to the env's
@@ -25,8 +25,8 @@ or `--envs ocean` for all of them) use their solved scores (puffer.envs.ocean.SO
 stochastic policy where that is what solved means) and their config's budget; they have no
 SB3 reference.
 
-`--algorithm pqn` trains puffer with train=pqn (Q-learning) and SB3's DQN with the zoo's
-dqn.yml settings beside it, at the zoo's DQN budget (CartPole-v1 50k, Acrobot-v1 and
+`--algorithm pqn` (or `dqn`) trains puffer with train=pqn (or train=dqn) and SB3's DQN with the
+zoo's dqn.yml settings beside it, at the zoo's DQN budget (CartPole-v1 50k, Acrobot-v1 and
 LunarLander-v3 100k).
 
 puffer and SB3 runs of one seed go side by side with --jobs 2 (the default), so both see the
@@ -165,6 +165,7 @@ def puffer_evaluate(run_dir: Path, seed: int, deterministic: bool = True) -> lis
 # -- SB3 + the zoo -----------------------------------------------------------------------------
 # the SB3 algorithm of each kind of reference run: PPO beside train=ppo, DQN beside train=pqn
 SB3_KINDS = {"sb3": "PPO", "sb3-dqn": "DQN"}
+Q_LEARNERS = ("pqn", "dqn")  # puffer's algorithms whose reference is SB3's DQN
 
 
 def sb3_run(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir: Path) -> None:
@@ -275,20 +276,20 @@ def main() -> None:
         return
     parser = suite_parser(__doc__, ["classic/cartpole"], jobs=2, out="outputs/time_to_score")
     parser.add_argument("--checkpoints", type=int, default=20, help="saved policies per run")
-    parser.add_argument("--algorithm", choices=["ppo", "pqn"], default="ppo",
-                        help="puffer's algorithm; pqn: SB3's DQN with the zoo's settings is the reference")
+    parser.add_argument("--algorithm", choices=["ppo", *Q_LEARNERS], default="ppo",
+                        help="puffer's algorithm; pqn, dqn: SB3's DQN with the zoo's settings is the reference")
     args = parser.parse_args()
     if "ocean" in args.envs:
         args.envs = [e for e in args.envs if e != "ocean"] + [f"ocean/{name}" for name in SOLVED]
     out, kinds, steps_of = suite_run(args)
-    if args.algorithm == "pqn":
-        args.overrides = ["train=pqn", *args.overrides]
+    if args.algorithm in Q_LEARNERS:
+        args.overrides = [f"train={args.algorithm}", *args.overrides]
         kinds = ["sb3-dqn" if kind == "sb3" else kind for kind in kinds]
         steps_of = {config: args.steps or (DQN_SUITE[config][0] if config in DQN_SUITE else None)
                     for config in args.envs}
     steps_of = {config: steps or budget(config, args.overrides) for config, steps in steps_of.items()}
     tags = {config: puffer_tag(config, args.overrides) for config in args.envs}  # composed here, once
-    references = DQN_SUITE if args.algorithm == "pqn" else SUITE  # the ocean envs have no SB3 reference
+    references = DQN_SUITE if args.algorithm in Q_LEARNERS else SUITE  # the ocean envs have no SB3 reference
     runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds
             if kind == "puffer" or config in references]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -310,7 +311,7 @@ def main() -> None:
                      f"{theirs['final']:.1f} +- {theirs['final_ci']:.1f}" if theirs else "-",
                      f"{theirs['time'] / ours['time']:.1f}" if theirs else "-"])
     print_table(["env", "score", "budget", "seeds", "puffer time to score (median [min, max] reached)",
-                 "steps", "final (t 95%)", f"SB3 {'DQN' if args.algorithm == 'pqn' else 'PPO'} + zoo time to score",
+                 "steps", "final (t 95%)", f"SB3 {'DQN' if args.algorithm in Q_LEARNERS else 'PPO'} + zoo time to score",
                  "steps", "final (t 95%)",
                  "SB3 / puffer"], rows)
     print(f"runs in {out}")

@@ -13,7 +13,6 @@ import pytest
 import puffer.vector
 import puffer.vector.autotune
 from puffer.build import make_vecenv
-from puffer.files import checkpoint
 from puffer.vector import Multiprocessing, WorkerError
 from puffer.vector.autotune import autotune, candidates
 
@@ -161,21 +160,11 @@ def test_the_profiler_counts_local_ray_actors_as_workers_not_as_other_processes(
 def test_a_ray_run_resumes_bit_for_bit(local_ray, make_cfg, tmp_path):
     """The actors' buffers come back with their envs: without them the first step after a
     restore returned all-zero masks and its data was dropped (weights off by 0.02)."""
-    import torch
+    from resumes import assert_resumes_bit_for_bit
 
-    from puffer.loggers import read_metrics
-    from puffer.run import run
-
-    small = ["vec=ray", "train.total_timesteps=2048", "train.num_steps=64", "eval.episodes=0"]
-    run(make_cfg(*small, "runtime.checkpoint_interval=2", "runtime.keep_checkpoints=0"), tmp_path / "full")
-    middle = tmp_path / "full" / "checkpoints" / "epoch_000002.pt"
-    run(make_cfg(*small, f"resume={middle}"), tmp_path / "resumed")
-    full, resumed = (read_metrics(tmp_path / d / "metrics.jsonl") for d in ("full", "resumed"))
-    losses = ["train/policy_loss", "train/value_loss", "train/approx_kl"]
-    assert [[r[k] for k in losses] for r in full[2:]] == [[r[k] for k in losses] for r in resumed]
-    final = [checkpoint.read(tmp_path / d / "checkpoints" / "epoch_000004.pt")["policy"]
-             for d in ("full", "resumed")]
-    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    assert_resumes_bit_for_bit(make_cfg, tmp_path, ["vec=ray", "train.total_timesteps=2048", "train.num_steps=64",
+                                                    "eval.episodes=0"], middle=2, end=4,
+                               keys=["train/policy_loss", "train/value_loss", "train/approx_kl"])
 
 
 def test_a_ray_address_where_nothing_listens_is_an_error_within_seconds():

@@ -84,22 +84,59 @@ class TrainConfig(AlgorithmConfig):
 
 
 @dataclass
-class PQNConfig(AlgorithmConfig):
-    """PQN's settings (puffer.training.pqn; Gallici et al. 2024), with CleanRL's pqn.py names and
-    defaults: Q(lambda) targets over each rollout, epsilon-greedy acting, no replay buffer and
-    no target network."""
+class QLearningConfig(AlgorithmConfig):
+    """What every Q-learner reads (puffer.training.qlearning): epsilon-greedy exploration and
+    gradient clipping."""
 
-    _target_: str = "puffer.training.pqn.PQN"
-    learning_rate: float = 2.5e-4
-    update_epochs: int = 4
-    # lambda of the Q(lambda) targets: 0 is one-step Q-learning, 1 the Monte Carlo return.
-    q_lambda: float = 0.65
     max_grad_norm: float = 10.0
     # Epsilon of the epsilon-greedy actions: from start_e to end_e, linearly over the first
     # exploration_fraction of train.total_timesteps, then end_e.
     start_e: float = 1.0
     end_e: float = 0.05
     exploration_fraction: float = 0.5
+
+
+@dataclass
+class PQNConfig(QLearningConfig):
+    """PQN's settings (puffer.training.pqn; Gallici et al. 2024), with CleanRL's pqn.py names and
+    defaults: Q(lambda) targets over each rollout, no replay buffer and no target network."""
+
+    _target_: str = "puffer.training.pqn.PQN"
+    learning_rate: float = 2.5e-4
+    update_epochs: int = 4
+    # lambda of the Q(lambda) targets: 0 is one-step Q-learning, 1 the Monte Carlo return.
+    q_lambda: float = 0.65
+
+
+@dataclass
+class DQNConfig(QLearningConfig):
+    """DQN's settings (puffer.training.dqn; Mnih et al. 2015), with SB3's names and defaults where
+    they mean the same: each epoch's rollout (train.num_steps of every row, SB3's train_freq)
+    goes into a replay buffer, then gradient_steps minibatches drawn from it train the network
+    against a target network."""
+
+    _target_: str = "puffer.training.dqn.DQN"
+    learning_rate: float = 1e-4
+    anneal_lr: bool = False
+    num_steps: int = 4
+    num_minibatches: int = 1  # (not read: each gradient step draws batch_size transitions)
+    # Transitions the replay buffer keeps (rows of the flat batch: one per agent step).
+    buffer_size: int = 1_000_000
+    batch_size: int = 32
+    # Steps collected before the first gradient step (the buffer filled by the epsilon-greedy policy).
+    learning_starts: int = 100
+    # Gradient steps after each epoch's rollout; 0: as many as the rollout's transitions.
+    gradient_steps: int = 1
+    # Steps between target network updates; tau: how far each update moves it (1: a copy).
+    target_update_interval: int = 10_000
+    tau: float = 1.0
+    # The target's own argmax (false) or the online network's (true: Double DQN, van Hasselt 2016).
+    double_q: bool = False
+    # Keep the replay buffer in checkpoints (resume continues bit for bit); false leaves it out,
+    # with a warning: a resumed run refills it from its next rollouts.
+    save_replay: bool = True
+    end_e: float = 0.05
+    exploration_fraction: float = 0.1
 
 
 @dataclass
@@ -432,7 +469,7 @@ class RunConfig:
 
 # Each algorithm's schema by its ConfigStore name (schema/<name>): conf/train/<option>.yaml
 # links one, and a train.* key of another algorithm's is named as such (puffer.cli.overrides).
-ALGORITHM_SCHEMAS: dict[str, type] = {"train": TrainConfig, "train_pqn": PQNConfig}
+ALGORITHM_SCHEMAS: dict[str, type] = {"train": TrainConfig, "train_pqn": PQNConfig, "train_dqn": DQNConfig}
 
 # The vocabularies: the values a key may take, checked by puffer.config.validate and used by
 # the code they name (its tables are keyed by these).

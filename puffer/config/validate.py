@@ -155,11 +155,11 @@ def _check_env_and_policy(cfg) -> None:
     if "layout" in p:
         _require(p.layout in PIXEL_LAYOUTS, "policy.layout", p.layout, f"one of {PIXEL_LAYOUTS}")
     _require(p.get("rnn") in (None, "lstm"), "policy.rnn", p.get("rnn"), "lstm or null")
-    if "q_lambda" in cfg.train:  # a Q-learner (train=pqn) needs a network of action values
+    if "start_e" in cfg.train:  # a Q-learner (train=pqn, train=dqn) needs a network of action values
         _require(p.get("_target_") not in ACTOR_CRITICS, "policy._target_", p.get("_target_"),
-                 "a network of action values with train=pqn: policy=q (puffer.policies.networks.QNetwork)")
+                 "a network of action values with a Q-learner: policy=q (puffer.policies.networks.QNetwork)")
         _require(p.get("rnn") is None, "policy.rnn", p.get("rnn"),
-                 "null with train=pqn (its Q-networks are feed-forward here)")
+                 "null with a Q-learner (its Q-networks are feed-forward here)")
 
 
 # The actor-critic networks, which a Q-learner cannot learn with.
@@ -234,6 +234,12 @@ def _check_train(t, v) -> None:
                  "a number > 0 or null")
     for key in has & {"q_lambda", "start_e", "end_e", "exploration_fraction"}:
         _require(0 <= t[key] <= 1, f"train.{key}", t[key], "a number in [0, 1]")
+    for key in has & {"buffer_size", "batch_size", "target_update_interval"}:
+        _require(t[key] >= 1, f"train.{key}", t[key], "an integer >= 1")
+    for key in has & {"learning_starts", "gradient_steps"}:
+        _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0")
+    if "tau" in has:
+        _require(0 < t.tau <= 1, "train.tau", t.tau, "a number in (0, 1] (1: the target is copied)")
     if "prio_beta0" in has:
         _require(0 <= t.prio_beta0 <= 1, "train.prio_beta0", t.prio_beta0, "a number in [0, 1]")
 

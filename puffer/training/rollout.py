@@ -144,6 +144,14 @@ class Collector:
                 self._held.append((rows, obs.copy(), masks.copy()))
                 remaining -= len(self._ptr[rows])
 
+    def next_obs(self) -> torch.Tensor:
+        """Each row's observation after the last rollout: what the next one starts from (an
+        off-policy learner's next observation of each row's last step)."""
+        out = torch.empty_like(self.rollout.obs[0])
+        for rows, obs, _ in self._held or ():
+            out[rows if isinstance(rows, slice) else torch.from_numpy(rows)] = torch.from_numpy(obs).to(self.device)
+        return out
+
     def _rows(self, env_ids: np.ndarray) -> slice | np.ndarray:
         """Agent rows of these envs: a slice when contiguous (views, no gather)."""
         return rows_of(env_ids, self.vecenv.agents_per_env)

@@ -1,0 +1,83 @@
+"""The replay buffer of an off-policy learner: the transitions of past rollouts, drawn at random.
+
+What lives here: `ReplayBuffer` (a ring of flat transition rows on the trainer's device, filled
+from a collected rollout, drawn from with the trainer's generator, saved in checkpoints so that a
+resumed run continues bit for bit). What does not: which steps of a rollout are transitions
+(puffer.training.rollout's validity) and how a learner uses them (puffer.training.dqn).
+
+A transition of row r at step t is stored when the step is valid (its agent acted on a real
+observation): (obs, action, reward, terminal, next obs), the next observation being the row's
+at t + 1, or after the rollout the one it starts the next rollout from. At an episode end that
+is the final observation (the env returns it with the done flag, puffer.emulation), so a
+truncation bootstraps from it and a terminal, flagged, from nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from puffer.training.rollout import Rollout
+
+__all__ = ["ReplayBuffer"]
+
+
+class ReplayBuffer:
+    """`capacity` transitions of flat observation rows (the rollout's dtype and shape)."""
+
+    FIELDS = ("obs", "next_obs", "actions", "rewards", "terminals")
+
+    def __init__(self, capacity: int, rollout: Rollout):
+        self.capacity = capacity
+        on = {"device": rollout.obs.device}
+        self.obs = torch.zeros((capacity, *rollout.obs.shape[2:]), dtype=rollout.obs.dtype, **on)
+        self.next_obs = torch.zeros_like(self.obs)
+        self.actions = torch.zeros((capacity, *rollout.actions.shape[2:]), dtype=rollout.actions.dtype, **on)
+        self.rewards = torch.zeros(capacity, **on)
+        self.terminals = torch.zeros(capacity, **on)
+        self.size = 0  # transitions held
+        self.next = 0  # where the next one goes (the oldest once full)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, name).nbytes for name in self.FIELDS)
+
+    def add_rollout(self, r: Rollout, last_obs: torch.Tensor) -> int:
+        """Store the valid steps of rollout `r`; `last_obs` (rows, ...) is each row's observation
+        after its last step. Returns how many transitions were stored."""
+        next_obs = torch.cat([r.obs[1:], last_obs[None]])
+        valid = r.valid.reshape(-1)
+        flat = lambda x: x.reshape(-1, *x.shape[2:])[valid]  # noqa: E731
+        self.add(flat(r.obs), flat(next_obs), flat(r.actions), flat(r.rewards), flat(r.terminals))
+        return int(valid.sum())
+
+    def add(self, obs, next_obs, actions, rewards, terminals) -> None:
+        count = len(obs)
+        if count > self.capacity:  # more than it holds: the newest
+            obs, next_obs, actions, rewards, terminals = (x[-self.capacity:] for x in
+                                                          (obs, next_obs, actions, rewards, terminals))
+            count = self.capacity
+        where = (self.next + torch.arange(count, device=self.obs.device)) % self.capacity
+        for name, values in zip(self.FIELDS, (obs, next_obs, actions, rewards, terminals), strict=True):
+            getattr(self, name)[where] = values
+        self.next = (self.next + count) % self.capacity
+        self.size = min(self.size + count, self.capacity)
+
+    def sample(self, count: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """`count` transitions drawn uniformly with replacement: (obs, next_obs, actions,
+        rewards, terminals)."""
+        index = torch.randint(self.size, (count,), generator=generator).to(self.obs.device)
+        return tuple(getattr(self, name)[index] for name in self.FIELDS)
+
+    def state_dict(self) -> dict:
+        """The transitions held (in ring order as stored) and the write position."""
+        return {"size": self.size, "next": self.next,
+                **{name: getattr(self, name)[: self.size].clone() for name in self.FIELDS}}
+
+    def load_state_dict(self, state: dict) -> None:
+        size = state["size"]
+        if size > self.capacity:
+            raise ValueError(f"the checkpoint's replay buffer holds {size} transitions; this one holds "
+                             f"train.buffer_size={self.capacity}")
+        for name in self.FIELDS:
+            getattr(self, name)[:size] = state[name].to(self.obs.device)
+        self.size, self.next = size, state["next"] % self.capacity

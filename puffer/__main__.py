@@ -61,6 +61,9 @@ def cli() -> None:
     except KeyboardInterrupt as stop:
         log.warning("interrupted")
         sys.exit(exit_status(stop))
+    except BrokenPipeError:  # the reader of stdout left (`--help | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's own flush at exit)
+        sys.exit(1)
     finally:
         # Python puts its own handlers back to the default action as the interpreter ends, and a
         # SIGUSR1 then would still kill the finished run: ignored, it is not theirs to undo

@@ -260,3 +260,12 @@ def test_a_run_dir_the_system_refuses_is_one_line(folder):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().startswith(f"hydra.run.dir='{folder}': ")
     assert "refuses a new folder" in result.stderr or "is not writable" in result.stderr
+
+
+def test_help_piped_into_a_reader_that_leaves_early_is_no_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run(f"{sys.executable} -m puffer --help | head -1", shell=True, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.startswith("puffer:") and "Traceback" not in result.stderr, result.stderr

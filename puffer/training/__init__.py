@@ -1,2 +1,3 @@
 """Training: the trainer's loop, the collector and its rollout, advantages, minibatches,
-optimizers, the reward scaler, signals, and the algorithms (ppo, spo) as Trainer subclasses."""
+optimizers, the reward scaler, signals, the replay buffer, and the algorithms (ppo, spo; pqn and
+dqn on the Q-learner of qlearning) as Trainer subclasses."""

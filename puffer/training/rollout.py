@@ -91,7 +91,7 @@ class Collector:
         self.on_step = on_step  # on_step(t, index, params, value): what an algorithm keeps more
         self.acting = Acting(policy, vecenv.single_action_space, forward, noise)
         # choose(dist_params) -> (actions, log-probabilities): sampled from the policy's
-        # distribution, or an algorithm's own rule (PQN's epsilon-greedy)
+        # distribution, or an algorithm's own rule (a Q-learner's epsilon-greedy)
         self.choose = choose or self.acting.choose
         self.recurrent = self.acting.recurrent
         N = vecenv.num_rows

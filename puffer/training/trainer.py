@@ -216,7 +216,7 @@ class Trainer:
 
     def action_rule(self):
         """How the collector picks actions from the policy's outputs: None samples the policy's
-        distribution; a Q-learner gives its exploration rule (puffer.training.pqn)."""
+        distribution; a Q-learner gives its exploration rule (puffer.training.qlearning)."""
         return None
 
     def adjusted_threads(self, plan: threads.ThreadPlan) -> threads.ThreadPlan:

@@ -105,3 +105,24 @@ def test_dqn_learns_the_password_and_its_agent_loads(make_cfg, tmp_path):
     assert metrics["eval/return_mean"] >= 0.95
     agent = puffer.load(tmp_path)
     assert type(agent.policy).__name__ == "QNetwork"
+
+
+def test_pixels_are_kept_as_bytes_and_read_by_the_nature_torso(make_cfg, tmp_path):
+    """Atari's path at a small scale: `train=dqn policy=q` on ocean/squares' frames."""
+    from omegaconf import OmegaConf
+
+    from puffer.build import make_env_creator, make_policy, make_vecenv
+    from puffer.policies.networks import ImageEncoder
+    from puffer.training.dqn import DQN
+
+    cfg = make_cfg("env=ocean/squares", "train=dqn", "policy=q", "train.learning_starts=0", "train.num_steps=4")
+    vecenv = make_vecenv(cfg, make_env_creator(cfg))
+    try:
+        trainer = DQN(OmegaConf.to_object(cfg.train), vecenv, make_policy(cfg, vecenv))
+        assert any(isinstance(m, ImageEncoder) for m in trainer.policy.modules())
+        trainer.collect()
+        metrics = trainer.update()
+        assert trainer.replay.obs.dtype == torch.uint8 and trainer.replay.size > 0
+        assert np.isfinite(metrics["train/td_loss"])
+    finally:
+        vecenv.close()

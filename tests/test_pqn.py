@@ -61,6 +61,12 @@ def test_the_q_network_acts_greedily_when_deterministic_and_values_states_by_the
     assert q.shape == (16, 3) and torch.equal(value, q.max(-1).values)
     with pytest.raises(ValueError, match="Discrete"):
         QNetwork(spaces.Box(-1, 1, (4,), np.float32), spaces.Box(-1, 1, (2,), np.float32))
+    dueling = QNetwork(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), dueling=True)
+    q, value = dueling(obs)
+    hidden = dueling.encode(obs)
+    # the advantages average to 0: the mean Q-value of a state is its value stream
+    assert torch.allclose(q.mean(-1), dueling.value_head(hidden).squeeze(-1), atol=1e-5)
+    assert torch.equal(value, q.max(-1).values)
 
 
 def pqn_trainer(cfg):

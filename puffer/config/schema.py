@@ -348,6 +348,8 @@ class QPolicyConfig:
     num_layers: int = 2
     activation: str = "relu"
     layer_norm: bool = True
+    # A state value and the actions' advantages, Q = V + A - mean(A) (Wang et al. 2016's dueling head).
+    dueling: bool = False
     rnn: str | None = None
     norm_obs: bool = False
     obs_clip: float = 10.0

@@ -253,7 +253,7 @@ class QNetwork(nn.Module):
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  hidden_size: int = 128, num_layers: int = 2, activation: str = "relu",
-                 layer_norm: bool = True):
+                 layer_norm: bool = True, dueling: bool = False):
         super().__init__()
         if not isinstance(action_space, spaces.Discrete):
             raise ValueError(f"policy=q learns a value per action of a Discrete action space; this env's "
@@ -261,6 +261,8 @@ class QNetwork(nn.Module):
         self.encoder = ObsEncoder(observation_space)
         self.body = mlp(self.encoder.out_dim, hidden_size, num_layers, activation, layer_norm)
         self.q_head = layer_init(nn.Linear(hidden_size, int(action_space.n)))
+        # dueling (Wang et al. 2016): a state value beside the actions' advantages, Q = V + A - mean(A)
+        self.value_head = layer_init(nn.Linear(hidden_size, 1)) if dueling else None
         self.hidden_out = hidden_size
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -268,6 +270,8 @@ class QNetwork(nn.Module):
 
     def decode(self, hidden: torch.Tensor):
         q = self.q_head(hidden)
+        if self.value_head is not None:
+            q = self.value_head(hidden) + q - q.mean(-1, keepdim=True)
         return q, q.max(-1).values
 
     def forward(self, obs: torch.Tensor):

@@ -45,15 +45,33 @@ def test_the_buffer_keeps_valid_steps_with_their_next_observation_in_a_ring():
 
     copy = ReplayBuffer(3, r)
     copy.load_state_dict(buffer.state_dict())
-    drawn = [b.sample(16, torch.Generator().manual_seed(0)) for b in (buffer, copy)]
+    drawn = [b.sample(16, torch.Generator().manual_seed(0))[2] for b in (buffer, copy)]
     assert all(torch.equal(a, b) for a, b in zip(*drawn, strict=True))
     with pytest.raises(ValueError, match="train.buffer_size=2"):
         ReplayBuffer(2, r).load_state_dict(buffer.state_dict())
 
 
+def test_prioritized_draws_follow_the_td_errors_and_weigh_the_frequent_ones_down():
+    from puffer.training.minibatches import Priority
+
+    r = one_row_rollout(list(range(8)), valid=[True] * 8, terminals=[0] * 8)
+    buffer = ReplayBuffer(8, r)
+    buffer.add_rollout(r, torch.tensor([[8.0]]))
+    assert buffer.priorities.tolist() == [1.0] * 8  # new transitions: the highest priority so far
+    buffer.update_priorities(torch.arange(8), torch.tensor([0.0, 0, 0, 9, 0, 0, 0, 3]))
+    assert buffer.max_priority == pytest.approx(9.0)
+    index, weights, (obs, *_) = buffer.sample(4000, torch.Generator().manual_seed(0), Priority(1.0, 1.0, torch.Generator()))
+    share = torch.bincount(index, minlength=8).float() / len(index)
+    assert share[3].item() == pytest.approx(0.75, abs=0.03) and share[7].item() == pytest.approx(0.25, abs=0.03)
+    assert torch.equal(obs[:, 0], index.float())
+    # (n p)^-1 over its max: the rarer transition weighs 1, the 3x more frequent one 1/3
+    assert weights[index == 7].max().item() == pytest.approx(1.0) and weights[index == 3].max().item() == pytest.approx(1 / 3)
+
+
 @pytest.mark.parametrize("vec", ["serial", "multiprocessing"])
 def test_a_resumed_dqn_run_matches_an_uninterrupted_one_bit_for_bit(make_cfg, tmp_path, vec):
-    assert_resumes_bit_for_bit(make_cfg, tmp_path, [*SMALL, f"vec={vec}", "train.double_q=true"], middle=16, end=32,
+    options = ["train.double_q=true", "train.prioritized=true"]
+    assert_resumes_bit_for_bit(make_cfg, tmp_path, [*SMALL, f"vec={vec}", *options], middle=16, end=32,
                                keys=["train/td_loss", "train/q_values", "train/epsilon", "train/replay_size"])
     state = checkpoint.read(tmp_path / "full" / "checkpoints" / "epoch_000016.pt")
     logged = read_metrics(tmp_path / "full" / "metrics.jsonl")[15]["train/replay_size"]

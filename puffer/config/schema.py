@@ -132,6 +132,12 @@ class DQNConfig(QLearningConfig):
     tau: float = 1.0
     # The target's own argmax (false) or the online network's (true: Double DQN, van Hasselt 2016).
     double_q: bool = False
+    # Prioritized replay (Schaul et al. 2016, proportional): transitions drawn with probability
+    # proportional to |TD error|^prio_alpha, the loss weighted by (n p)^-beta / its max, beta
+    # annealed from prio_beta0 to 1 (the names of PPO's prioritized minibatches).
+    prioritized: bool = False
+    prio_alpha: float = 0.6
+    prio_beta0: float = 0.4
     # Keep the replay buffer in checkpoints (resume continues bit for bit); false leaves it out,
     # with a warning: a resumed run refills it from its next rollouts.
     save_replay: bool = True

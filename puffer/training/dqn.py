@@ -1,4 +1,5 @@
-"""DQN (Mnih et al. 2015), with Double DQN (van Hasselt et al. 2016) as an option: Q-learning from a
+"""DQN (Mnih et al. 2015), with Double DQN (van Hasselt et al. 2016) and prioritized replay (Schaul
+et al. 2016) as options: Q-learning from a
 replay buffer against a target network. The rollout loop is the trainer's: each epoch's rollout
 (train.num_steps of every row, SB3's train_freq) goes into the buffer, then train.gradient_steps
 minibatches drawn from it take one step each.
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from puffer.config.schema import DQNConfig
+from puffer.training.minibatches import Priority
 from puffer.training.qlearning import QLearner
 from puffer.training.replay import ReplayBuffer
 
@@ -46,8 +48,12 @@ class DQN(QLearner):
         sums = torch.zeros(len(self.stats), dtype=torch.float64, device=self.device)
         if self.global_step <= c.learning_starts or self.replay.size == 0:
             steps = 0
+        # prioritized replay: beta annealed from prio_beta0 to 1 over training
+        priority = (Priority(c.prio_alpha, c.prio_beta0 + (1 - c.prio_beta0) * self.epoch / self.num_epochs,
+                             self.generator) if c.prioritized else None)
         for _ in range(steps):
-            obs, next_obs, actions, rewards, terminals = self.replay.sample(c.batch_size, self.generator)
+            index, weights, batch = self.replay.sample(c.batch_size, self.generator, priority)
+            obs, next_obs, actions, rewards, terminals = batch
             with torch.no_grad(), self.autocast():
                 next_q = self.target(next_obs)[0].float()
                 if c.double_q:
@@ -59,7 +65,10 @@ class DQN(QLearner):
             with self.autocast():
                 q, _ = self.forward(obs)
             taken = q.float().gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
-            sums += self.gradient_step(nn.functional.smooth_l1_loss(taken, targets), taken)
+            losses = nn.functional.smooth_l1_loss(taken, targets, reduction="none")
+            sums += self.gradient_step((losses if weights is None else losses * weights).mean(), taken)
+            if priority is not None:
+                self.replay.update_priorities(index, taken - targets)
         self.update_target()
         metrics = self.averaged(sums, steps) if steps else {"train/epsilon": self.epsilon()}
         metrics["train/replay_size"] = self.replay.size

@@ -1,8 +1,8 @@
 """The replay buffer of an off-policy learner: the transitions of past rollouts, drawn at random.
 
 What lives here: `ReplayBuffer` (a ring of flat transition rows on the trainer's device, filled
-from a collected rollout, drawn from with the trainer's generator, saved in checkpoints so that a
-resumed run continues bit for bit). What does not: which steps of a rollout are transitions
+from a collected rollout, drawn from uniformly or by priority with the trainer's generator, saved
+in checkpoints so that a resumed run continues bit for bit). What does not: which steps of a rollout are transitions
 (puffer.training.rollout's validity) and how a learner uses them (puffer.training.dqn).
 
 A transition of row r at step t is stored when the step is valid (its agent acted on a real
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from puffer.training.minibatches import Priority
 from puffer.training.rollout import Rollout
 
 __all__ = ["ReplayBuffer"]
@@ -36,6 +37,9 @@ class ReplayBuffer:
         self.terminals = torch.zeros(capacity, **on)
         self.size = 0  # transitions held
         self.next = 0  # where the next one goes (the oldest once full)
+        # prioritized replay's priorities (|TD error|): a new transition gets the highest so far
+        self.priorities = torch.zeros(capacity, **on)
+        self.max_priority = 1.0
 
     @property
     def nbytes(self) -> int:
@@ -59,19 +63,32 @@ class ReplayBuffer:
         where = (self.next + torch.arange(count, device=self.obs.device)) % self.capacity
         for name, values in zip(self.FIELDS, (obs, next_obs, actions, rewards, terminals), strict=True):
             getattr(self, name)[where] = values
+        self.priorities[where] = self.max_priority
         self.next = (self.next + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
 
-    def sample(self, count: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        """`count` transitions drawn uniformly with replacement: (obs, next_obs, actions,
-        rewards, terminals)."""
-        index = torch.randint(self.size, (count,), generator=generator).to(self.obs.device)
-        return tuple(getattr(self, name)[index] for name in self.FIELDS)
+    def sample(self, count: int, generator: torch.Generator,
+               priority: Priority | None = None) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...]]:
+        """`count` transitions drawn with replacement, uniformly or with `priority` by their
+        priorities (Schaul et al. 2016, proportional); (their indices, their importance weights
+        or None, (obs, next_obs, actions, rewards, terminals))."""
+        if priority is None:
+            index, weights = torch.randint(self.size, (count,), generator=generator).to(self.obs.device), None
+        else:
+            index, weights = priority.draw(self.priorities[: self.size], count)
+            weights = weights / weights.max()  # (Schaul et al.'s normalisation: only scale down)
+        return index, weights, tuple(getattr(self, name)[index] for name in self.FIELDS)
+
+    def update_priorities(self, index: torch.Tensor, td_errors: torch.Tensor) -> None:
+        """The drawn transitions' new priorities: their |TD error| (a small floor keeps each drawable)."""
+        priorities = td_errors.detach().abs().float() + 1e-6
+        self.priorities[index] = priorities
+        self.max_priority = max(self.max_priority, float(priorities.max()))
 
     def state_dict(self) -> dict:
         """The transitions held (in ring order as stored) and the write position."""
-        return {"size": self.size, "next": self.next,
-                **{name: getattr(self, name)[: self.size].clone() for name in self.FIELDS}}
+        return {"size": self.size, "next": self.next, "max_priority": self.max_priority,
+                **{name: getattr(self, name)[: self.size].clone() for name in (*self.FIELDS, "priorities")}}
 
     def load_state_dict(self, state: dict) -> None:
         size = state["size"]
@@ -80,4 +97,6 @@ class ReplayBuffer:
                              f"train.buffer_size={self.capacity}")
         for name in self.FIELDS:
             getattr(self, name)[:size] = state[name].to(self.obs.device)
+        self.priorities[:size] = state["priorities"].to(self.obs.device) if "priorities" in state else 1.0
         self.size, self.next = size, state["next"] % self.capacity
+        self.max_priority = state.get("max_priority", 1.0)

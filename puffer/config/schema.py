@@ -346,7 +346,7 @@ class DefaultPolicyConfig:
 
 @dataclass
 class QPolicyConfig:
-    """puffer.policies.networks.QNetwork: a value per action (Q-learning: train=pqn), an MLP with a
+    """puffer.policies.networks.QNetwork: a value per action (Q-learning: train=pqn, dqn), an MLP with a
     LayerNorm before each activation (layer_norm, PQN's)."""
 
     _target_: str = "puffer.policies.networks.QNetwork"

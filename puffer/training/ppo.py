@@ -10,7 +10,6 @@ minibatches (puffer.training.minibatches), building envs or policies from config
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import torch
@@ -105,7 +104,7 @@ class PPO(Trainer):
                     ratio.view(-1)[batch.where] = batch_ratio
                 sums += stats
                 count += 1
-            self._check_finite(sums)
+            self.check_finite_stats(sums, STATS, first=("loss", "grad_norm"))
             # (under torchrun the ranks' mean, so that they all stop together)
             if c.target_kl is not None and distributed.mean_over_ranks(
                     float(stats[STATS.index("approx_kl")])) > c.target_kl:
@@ -154,13 +153,7 @@ class PPO(Trainer):
         actions = mb.actions if mb.sequence is None else mb.actions.reshape(-1, *mb.actions.shape[2:])
         new_logprobs, entropy = self.dist.log_prob_entropy(float32_params(params), actions)
         loss, stats, ratio = self.loss(new_logprobs, entropy, new_values.float(), mb, self.coefficients())
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        distributed.average_gradients(self.policy.parameters())  # under torchrun
-        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
-        # A non-finite loss or gradient poisons the weights here; update() finds it in the
-        # epoch's sums and stops, and the run saves the weights from before the update.
-        self.optimizer.step()
+        grad_norm = self.optimizer_step(loss, c.max_grad_norm)
         stats = torch.cat([stats[:5], grad_norm.detach()[None].to(stats.dtype), stats[5:]])
         return stats.float(), ratio.detach()
 
@@ -217,19 +210,6 @@ class PPO(Trainer):
         """Each sample's policy loss: PPO's clipped surrogate (the pessimistic bound)."""
         clipped = ratio.clamp(1 - clip_coef, 1 + clip_coef)
         return torch.max(-advantages * ratio, -advantages * clipped)
-
-    def _check_finite(self, sums: torch.Tensor) -> None:
-        """NonFiniteError naming the first of the loss, the gradient norm and the other STATS
-        that is not finite in an epoch's sums."""
-        if torch.isfinite(sums).all():
-            return
-        values = dict(zip(STATS, sums.tolist(), strict=True))
-        name = next(k for k in ("loss", "grad_norm", *STATS) if not math.isfinite(values[k]))
-        raise NonFiniteError(
-            f"train/{name} is {values[name]} at epoch {self.epoch} (global step "
-            f"{self.global_step}); stopping before the parameters are saved. Lower "
-            "train.learning_rate or train.max_grad_norm"
-        )
 
 def train(config: TrainConfig, vecenv, policy: nn.Module, device: str = "auto", seed: int = 0,
           **kwargs) -> PPO:

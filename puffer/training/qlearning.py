@@ -19,8 +19,8 @@ from puffer.errors import ConfigError
 from puffer.policies.distributions import _gumbel_max
 from puffer.policies.networks import QNetwork
 from puffer.policies.protocol import is_recurrent
-from puffer.runtime import distributed
-from puffer.training.trainer import NonFiniteError, Trainer
+from puffer.policies.wrappers import MASKED_LOGIT
+from puffer.training.trainer import Trainer
 
 __all__ = ["QLearner", "check_q_network"]
 
@@ -65,13 +65,13 @@ class QLearner(Trainer):
 
     def epsilon_greedy(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The greedy action of each row, or with probability epsilon a uniform one among the
-        allowed actions (a masked action's Q-value is puffer.policies.wrappers.MASKED_LOGIT); its
+        allowed actions (a masked action's Q-value is MASKED_LOGIT); its
         log-probability under that rule. Random numbers come from the collector's noise, so a
         resumed run draws the same ones."""
         noise = self.collector.acting.noise
         eps = self.epsilon()
         greedy = q.argmax(-1)
-        allowed = q > -1e7
+        allowed = q > MASKED_LOGIT / 2  # (bf16 rounds the masked value: not compared for equality)
         uniform = _gumbel_max(torch.where(allowed, 0.0, -math.inf), noise).squeeze(-1)
         # an Exp(1) draw exceeds -log(eps) with probability eps
         explore = noise.exponential(q[:, 0]) > (-math.log(eps) if eps > 0 else math.inf)
@@ -83,21 +83,12 @@ class QLearner(Trainer):
     def gradient_step(self, loss: torch.Tensor, taken: torch.Tensor) -> torch.Tensor:
         """One clipped optimizer step on `loss`; `stats` of the step (on the device): the loss,
         the mean Q-value of the actions learned from (`taken`) and the gradient norm."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        distributed.average_gradients(self.policy.parameters())  # under torchrun
-        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = self.optimizer_step(loss, self.config.max_grad_norm)
         return torch.stack([loss.detach(), taken.detach().mean(), grad_norm.detach()]).double()
 
     def averaged(self, sums: torch.Tensor, count: int) -> dict[str, float]:
         """train/* of an update: each of `stats` averaged over its `count` steps, epsilon, the LR."""
-        if not torch.isfinite(sums).all():
-            values = dict(zip(self.stats, sums.tolist(), strict=True))
-            name = next(k for k in self.stats if not math.isfinite(values[k]))
-            raise NonFiniteError(
-                f"train/{name} is {values[name]} at epoch {self.epoch} (global step {self.global_step}); "
-                "stopping before the parameters are saved. Lower train.learning_rate or train.max_grad_norm")
+        self.check_finite_stats(sums, self.stats)
         metrics = {f"train/{k}": v / max(count, 1) for k, v in zip(self.stats, sums.tolist(), strict=True)}
         metrics["train/loss"] = metrics["train/td_loss"]
         metrics["train/epsilon"] = self.epsilon()

@@ -267,6 +267,31 @@ class Trainer:
         """Learn from `self.rollout`; returns `train/*` metrics. Each algorithm implements it."""
         raise NotImplementedError(f"{type(self).__name__} implements no update()")
 
+    def optimizer_step(self, loss: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
+        """One gradient step on `loss`: gradients averaged over torchrun's ranks, their norm
+        clipped to `max_grad_norm`, the optimizer stepped; returns the norm before clipping. A
+        non-finite loss or gradient poisons the weights here: the update finds it in its stats
+        (check_finite_stats) and the run saves the weights from before the update."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        distributed.average_gradients(self.policy.parameters())  # under torchrun
+        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), max_grad_norm)
+        self.optimizer.step()
+        return grad_norm
+
+    def check_finite_stats(self, sums: torch.Tensor, names: tuple[str, ...], first: tuple[str, ...] = ()) -> None:
+        """NonFiniteError naming the first of `names` (those in `first` before the rest) whose sum
+        over an update's steps is not finite."""
+        if torch.isfinite(sums).all():
+            return
+        values = dict(zip(names, sums.tolist(), strict=True))
+        name = next(k for k in (*first, *names) if not math.isfinite(values[k]))
+        raise NonFiniteError(
+            f"train/{name} is {values[name]} at epoch {self.epoch} (global step "
+            f"{self.global_step}); stopping before the parameters are saved. Lower "
+            "train.learning_rate or train.max_grad_norm"
+        )
+
     def anneal_learning_rate(self) -> None:
         """train.anneal_lr: the LR of this epoch on train.lr_schedule's way to 0."""
         c = self.config

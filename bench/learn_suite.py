@@ -94,6 +94,15 @@ DQN_SUITE = {
     "classic/acrobot": (100_000, ZOO_DQN_SMALL),
     "box2d/lunarlander": (100_000, ZOO_DQN_SMALL),
 }
+# rl-baselines3-zoo's SAC settings (hyperparams/sac.yml, one env; SB3's SAC defaults otherwise):
+# the reference of puffer's train=sac, config -> (the zoo's budget, its settings in SB3's names).
+SAC_SUITE = {
+    "classic/pendulum": (20_000, dict(learning_rate=1e-3)),
+    "classic/mountaincar_continuous": (50_000, dict(
+        learning_rate=3e-4, buffer_size=50_000, batch_size=512, ent_coef=0.1, train_freq=32, gradient_steps=32,
+        gamma=0.9999, tau=0.01, learning_starts=0, use_sde=True,
+        policy_kwargs=dict(log_std_init=-3.67, net_arch=[64, 64]))),
+}
 # The zoo's published PPO figures (benchmark.md): mean and std over its evaluation episodes.
 ZOO_STD = {"CartPole-v1": 0.0, "Acrobot-v1": 18.201, "MountainCar-v0": 19.473, "Pendulum-v1": 104.159,
            "MountainCarContinuous-v0": 2.572,
@@ -199,6 +208,19 @@ def sb3_dqn_setup(config: str, seed: int):
     _, env_id, kwargs, _, _ = SUITE[config]
     venv = make_vec_env(env_id, n_envs=1, seed=seed, env_kwargs=kwargs)
     return DQN("MlpPolicy", venv, seed=seed, device="cpu", **DQN_SUITE[config][1]), venv, False
+
+
+def sb3_sac_setup(config: str, seed: int):
+    """(SB3 SAC with the zoo's settings for `config`, untrained; its one env; False: the zoo
+    normalizes neither), one torch thread."""
+    import torch
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(1)
+    _, env_id, kwargs, _, _ = SUITE[config]
+    venv = make_vec_env(env_id, n_envs=1, seed=seed, env_kwargs=kwargs)
+    return SAC("MlpPolicy", venv, seed=seed, device="cpu", **SAC_SUITE[config][1]), venv, False
 
 
 def sb3_job(config: str, seed: int, steps: int) -> None:

@@ -3,7 +3,8 @@ Stable-Baselines3 with rl-baselines3-zoo's settings, trained side by side on thi
 
     python bench/time_to_score.py [--envs classic/cartpole classic/acrobot ...] [--seeds 0 1 2]
                                   [--steps N] [--checkpoints 20] [--reference sb3|none]
-                                  [--jobs 2] [--out DIR] [--algorithm ppo|pqn|dqn] [puffer overrides ...]
+                                  [--jobs 2] [--out DIR] [--algorithm ppo|pqn|dqn|sac]
+                                  [puffer overrides ...]
 
 puffer trains with its shipped configs (the overrides, e.g. `preset=zoo` for the zoo's settings
 where a config departs from them, apply to puffer's runs only). Each run trains to the env's
@@ -27,7 +28,8 @@ SB3 reference.
 
 `--algorithm pqn` (or `dqn`) trains puffer with train=pqn (or train=dqn) and SB3's DQN with the
 zoo's dqn.yml settings beside it, at the zoo's DQN budget (CartPole-v1 50k, Acrobot-v1 and
-LunarLander-v3 100k).
+LunarLander-v3 100k). `--algorithm sac` trains train=sac beside SB3's SAC with the zoo's sac.yml
+settings (Pendulum-v1 20k, MountainCarContinuous-v0 50k, where the zoo explores with gSDE).
 
 puffer and SB3 runs of one seed go side by side with --jobs 2 (the default), so both see the
 same load; both get one torch thread (the thread policy's pick for these MLPs). Needs
@@ -59,9 +61,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table  # noqa: E402
 from learn_suite import (  # noqa: E402
     DQN_SUITE,
+    SAC_SUITE,
     SUITE,
     sb3_dqn_setup,
     sb3_evaluate,
+    sb3_sac_setup,
     sb3_setup,
     suite_parser,
     suite_run,
@@ -163,17 +167,19 @@ def puffer_evaluate(run_dir: Path, seed: int, deterministic: bool = True) -> lis
 
 
 # -- SB3 + the zoo -----------------------------------------------------------------------------
-# the SB3 algorithm of each kind of reference run: PPO beside train=ppo, DQN beside train=pqn
-SB3_KINDS = {"sb3": "PPO", "sb3-dqn": "DQN"}
-Q_LEARNERS = ("pqn", "dqn")  # puffer's algorithms whose reference is SB3's DQN
+# puffer's algorithm -> the kind of reference run beside it, and that kind's SB3 algorithm, setup
+# and settings (None: the PPO suite's, SUITE)
+REFERENCES = {"ppo": "sb3", "pqn": "sb3-dqn", "dqn": "sb3-dqn", "sac": "sb3-sac"}
+SB3_KINDS = {"sb3": ("PPO", sb3_setup, None), "sb3-dqn": ("DQN", sb3_dqn_setup, DQN_SUITE),
+             "sb3-sac": ("SAC", sb3_sac_setup, SAC_SUITE)}
 
 
 def sb3_run(kind: str, config: str, seed: int, steps: int, checkpoints: int, run_dir: Path) -> None:
-    """Train SB3's PPO or DQN (`kind`) with the zoo's settings, saving every `steps / checkpoints`
+    """Train SB3's PPO, DQN or SAC (`kind`) with the zoo's settings, saving every `steps / checkpoints`
     steps with the training seconds so far (the saving itself not counted)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
-    model, venv, normalize = (sb3_dqn_setup if SB3_KINDS[kind] == "DQN" else sb3_setup)(config, seed)
+    model, venv, normalize = SB3_KINDS[kind][1](config, seed)
     every = max(1, steps // checkpoints)
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -208,7 +214,7 @@ def sb3_points(kind: str, config: str, run_dir: Path, seed: int) -> list[dict]:
     _, env_id, kwargs, _, _ = SUITE[config]
     points = []
     for saved in json.loads((run_dir / "saved.json").read_text()):
-        model = getattr(stable_baselines3, SB3_KINDS[kind]).load(run_dir / saved["name"], device="cpu")
+        model = getattr(stable_baselines3, SB3_KINDS[kind][0]).load(run_dir / saved["name"], device="cpu")
         stats = run_dir / f"{saved['name']}_vecnormalize.pkl"
         norm = VecNormalize.load(str(stats), make_vec_env(env_id, n_envs=1, env_kwargs=kwargs)) if stats.exists() else None
         points.append({"step": saved["step"], "seconds": saved["seconds"],
@@ -276,20 +282,22 @@ def main() -> None:
         return
     parser = suite_parser(__doc__, ["classic/cartpole"], jobs=2, out="outputs/time_to_score")
     parser.add_argument("--checkpoints", type=int, default=20, help="saved policies per run")
-    parser.add_argument("--algorithm", choices=["ppo", *Q_LEARNERS], default="ppo",
-                        help="puffer's algorithm; pqn, dqn: SB3's DQN with the zoo's settings is the reference")
+    parser.add_argument("--algorithm", choices=list(REFERENCES), default="ppo",
+                        help="puffer's algorithm; beside pqn and dqn SB3's DQN, beside sac SB3's SAC (the zoo's settings)")
     args = parser.parse_args()
     if "ocean" in args.envs:
         args.envs = [e for e in args.envs if e != "ocean"] + [f"ocean/{name}" for name in SOLVED]
     out, kinds, steps_of = suite_run(args)
-    if args.algorithm in Q_LEARNERS:
+    reference_kind = REFERENCES[args.algorithm]
+    sb3_name, _, settings = SB3_KINDS[reference_kind]
+    if settings is not None:  # an off-policy algorithm: its own reference settings and budgets
         args.overrides = [f"train={args.algorithm}", *args.overrides]
-        kinds = ["sb3-dqn" if kind == "sb3" else kind for kind in kinds]
-        steps_of = {config: args.steps or (DQN_SUITE[config][0] if config in DQN_SUITE else None)
+        kinds = [reference_kind if kind == "sb3" else kind for kind in kinds]
+        steps_of = {config: args.steps or (settings[config][0] if config in settings else None)
                     for config in args.envs}
     steps_of = {config: steps or budget(config, args.overrides) for config, steps in steps_of.items()}
     tags = {config: puffer_tag(config, args.overrides) for config in args.envs}  # composed here, once
-    references = DQN_SUITE if args.algorithm in Q_LEARNERS else SUITE  # the ocean envs have no SB3 reference
+    references = settings if settings is not None else SUITE  # the ocean envs have no SB3 reference
     runs = [(kind, config, seed) for config in args.envs for seed in args.seeds for kind in kinds
             if kind == "puffer" or config in references]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -311,7 +319,7 @@ def main() -> None:
                      f"{theirs['final']:.1f} +- {theirs['final_ci']:.1f}" if theirs else "-",
                      f"{theirs['time'] / ours['time']:.1f}" if theirs else "-"])
     print_table(["env", "score", "budget", "seeds", "puffer time to score (median [min, max] reached)",
-                 "steps", "final (t 95%)", f"SB3 {'DQN' if args.algorithm in Q_LEARNERS else 'PPO'} + zoo time to score",
+                 "steps", "final (t 95%)", f"SB3 {sb3_name} + zoo time to score",
                  "steps", "final (t 95%)",
                  "SB3 / puffer"], rows)
     print(f"runs in {out}")

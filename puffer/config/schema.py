@@ -109,25 +109,39 @@ class PQNConfig(QLearningConfig):
 
 
 @dataclass
-class DQNConfig(QLearningConfig):
+class ReplayConfig(AlgorithmConfig):
+    """What every learner from a replay buffer reads (puffer.training.replay.LearnsFromReplay):
+    each epoch's rollout (train.num_steps of every row, SB3's train_freq) goes into the buffer,
+    then gradient_steps minibatches of batch_size transitions are drawn from it."""
+
+    num_minibatches: int = 1  # (not read: each gradient step draws batch_size transitions)
+    # Transitions the replay buffer keeps (rows of the flat batch: one per agent step).
+    buffer_size: int = 1_000_000
+    batch_size: int = 256
+    # Steps collected before the first gradient step.
+    learning_starts: int = 100
+    # Gradient steps after each epoch's rollout; 0: as many as the rollout's transitions.
+    gradient_steps: int = 0
+    # How far each update moves a target network towards the online one (1: a copy).
+    tau: float = 0.005
+    # Keep the replay buffer in checkpoints (resume continues bit for bit); false leaves it out,
+    # with a warning: a resumed run refills it from its next rollouts.
+    save_replay: bool = True
+
+
+@dataclass
+class DQNConfig(ReplayConfig, QLearningConfig):
     """DQN's settings (puffer.training.dqn; Mnih et al. 2015), with SB3's names and defaults where
-    they mean the same: each epoch's rollout (train.num_steps of every row, SB3's train_freq)
-    goes into a replay buffer, then gradient_steps minibatches drawn from it train the network
-    against a target network."""
+    they mean the same: the replay buffer's minibatches train the network against a target
+    network, acting epsilon-greedily (the buffer is filled by that policy before learning_starts)."""
 
     _target_: str = "puffer.training.dqn.DQN"
     learning_rate: float = 1e-4
     anneal_lr: bool = False
     num_steps: int = 4
-    num_minibatches: int = 1  # (not read: each gradient step draws batch_size transitions)
-    # Transitions the replay buffer keeps (rows of the flat batch: one per agent step).
-    buffer_size: int = 1_000_000
     batch_size: int = 32
-    # Steps collected before the first gradient step (the buffer filled by the epsilon-greedy policy).
-    learning_starts: int = 100
-    # Gradient steps after each epoch's rollout; 0: as many as the rollout's transitions.
     gradient_steps: int = 1
-    # Steps between target network updates; tau: how far each update moves it (1: a copy).
+    # Steps between target network updates, each moving it by tau.
     target_update_interval: int = 10_000
     tau: float = 1.0
     # The target's own argmax (false) or the online network's (true: Double DQN, van Hasselt 2016).
@@ -138,11 +152,31 @@ class DQNConfig(QLearningConfig):
     prioritized: bool = False
     prio_alpha: float = 0.6
     prio_beta0: float = 0.4
-    # Keep the replay buffer in checkpoints (resume continues bit for bit); false leaves it out,
-    # with a warning: a resumed run refills it from its next rollouts.
-    save_replay: bool = True
     end_e: float = 0.05
     exploration_fraction: float = 0.1
+
+
+@dataclass
+class SACConfig(ReplayConfig):
+    """SAC's settings (puffer.training.sac; Haarnoja et al. 2018, with automatic entropy tuning),
+    with SB3's names and defaults where they mean the same: the replay buffer's minibatches train
+    the twin critics, the actor and the entropy coefficient, and each step moves the target
+    critics by tau. Before learning_starts the actions are uniform in the bounds (SB3's warm-up)."""
+
+    _target_: str = "puffer.training.sac.SAC"
+    learning_rate: float = 3e-4
+    anneal_lr: bool = False
+    adam_eps: float = 1e-8
+    num_steps: int = 1
+    # The entropy coefficient (alpha): learned from this initial value towards target_entropy
+    # (autotune, SB3's ent_coef='auto'), or fixed at it.
+    ent_coef: float = 1.0
+    autotune: bool = True
+    # The policy's entropy that autotune aims at; null: minus the number of action dimensions.
+    target_entropy: float | None = None
+    # Exploration noise correlated in time while collecting (puffer.policies.distributions.CorrelatedNoise):
+    # each row's Gaussian draw keeps this share of its last one; 0 draws afresh each step (SAC's).
+    noise_correlation: float = 0.0
 
 
 @dataclass
@@ -362,6 +396,23 @@ class QPolicyConfig:
 
 
 @dataclass
+class SACPolicyConfig:
+    """puffer.policies.networks.SACNetwork: a squashed Gaussian actor and twin critics (SAC:
+    train=sac), MLPs with SB3's MlpPolicy shapes."""
+
+    _target_: str = "puffer.policies.networks.SACNetwork"
+    hidden_size: int = 256
+    num_layers: int = 2
+    activation: str = "relu"
+    # The actor's initial log std (its log_std layer's bias; the layer's weights start small):
+    # null keeps PyTorch's default initialization, SB3's.
+    log_std_init: float | None = None
+    rnn: str | None = None
+    norm_obs: bool = False
+    obs_clip: float = 10.0
+
+
+@dataclass
 class CNNPolicyConfig:
     """puffer.policies.networks.NatureCNN: the Nature DQN torso (32-8-4, 64-4-2, 64-3-1, 512) shared by
     actor and critic; observations / 255."""
@@ -477,7 +528,8 @@ class RunConfig:
 
 # Each algorithm's schema by its ConfigStore name (schema/<name>): conf/train/<option>.yaml
 # links one, and a train.* key of another algorithm's is named as such (puffer.cli.overrides).
-ALGORITHM_SCHEMAS: dict[str, type] = {"train": TrainConfig, "train_pqn": PQNConfig, "train_dqn": DQNConfig}
+ALGORITHM_SCHEMAS: dict[str, type] = {"train": TrainConfig, "train_pqn": PQNConfig, "train_dqn": DQNConfig,
+                                      "train_sac": SACConfig}
 
 # The vocabularies: the values a key may take, checked by puffer.config.validate and used by
 # the code they name (its tables are keyed by these).
@@ -538,6 +590,7 @@ def register() -> None:
         "policy_cnn": CNNPolicyConfig,
         "policy_default": DefaultPolicyConfig,
         "policy_q": QPolicyConfig,
+        "policy_sac": SACPolicyConfig,
     }.items():
         cs.store(group="schema", name=name, node=node)
 

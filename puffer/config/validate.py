@@ -150,20 +150,27 @@ def _check_env_and_policy(cfg) -> None:
         _require(p.obs_clip > 0, "policy.obs_clip", p.obs_clip, "a number > 0")
     if "activation" in p:
         _require(p.activation in ACTIVATIONS, "policy.activation", p.activation, f"one of {sorted(ACTIVATIONS)}")
-    if "log_std_init" in p:
+    if p.get("log_std_init") is not None:
         _require(math.isfinite(p.log_std_init), "policy.log_std_init", p.log_std_init, "a finite number")
     if "layout" in p:
         _require(p.layout in PIXEL_LAYOUTS, "policy.layout", p.layout, f"one of {PIXEL_LAYOUTS}")
     _require(p.get("rnn") in (None, "lstm"), "policy.rnn", p.get("rnn"), "lstm or null")
     if "start_e" in cfg.train:  # a Q-learner (train=pqn, train=dqn) needs a network of action values
-        _require(p.get("_target_") not in ACTOR_CRITICS, "policy._target_", p.get("_target_"),
+        _require(p.get("_target_") not in (*ACTOR_CRITICS, SAC_NETWORK), "policy._target_", p.get("_target_"),
                  "a network of action values with a Q-learner: policy=q (puffer.policies.networks.QNetwork)")
         _require(p.get("rnn") is None, "policy.rnn", p.get("rnn"),
                  "null with a Q-learner (its Q-networks are feed-forward here)")
+    sac = "autotune" in cfg.train
+    if sac or p.get("_target_") == SAC_NETWORK:  # SAC and its networks go together
+        _require(sac == (p.get("_target_") == SAC_NETWORK), "policy._target_", p.get("_target_"),
+                 f"{SAC_NETWORK} with train=sac: policy=sac" if sac else
+                 "train=sac with policy=sac (SAC's actor and twin critics); another algorithm takes its own policy")
+        _require(p.get("rnn") is None, "policy.rnn", p.get("rnn"), "null with train=sac (its networks are feed-forward here)")
 
 
-# The actor-critic networks, which a Q-learner cannot learn with.
+# The actor-critic networks, which a Q-learner cannot learn with; SAC's, which only SAC trains.
 ACTOR_CRITICS = ("puffer.policies.networks.Default", "puffer.policies.networks.NatureCNN")
+SAC_NETWORK = "puffer.policies.networks.SACNetwork"
 
 
 def _check_vec(v) -> None:
@@ -232,6 +239,12 @@ def _check_train(t, v) -> None:
     if "target_kl" in has:
         _require(t.target_kl is None or t.target_kl > 0, "train.target_kl", t.target_kl,
                  "a number > 0 or null")
+    if "noise_correlation" in has:
+        _require(0 <= t.noise_correlation < 1, "train.noise_correlation", t.noise_correlation,
+                 "a number in [0, 1) (0: independent draws)")
+        _require(t.noise_correlation == 0 or v.envs_per_batch in (None, v.num_envs), "train.noise_correlation",
+                 t.noise_correlation, f"0 with vec.envs_per_batch={v.envs_per_batch}: each row's draws follow "
+                 "its last, so every step must act for all of vec.num_envs envs")
     for key in has & {"q_lambda", "start_e", "end_e", "exploration_fraction"}:
         _require(0 <= t[key] <= 1, f"train.{key}", t[key], "a number in [0, 1]")
     for key in has & {"buffer_size", "batch_size", "target_update_interval"}:
@@ -240,6 +253,8 @@ def _check_train(t, v) -> None:
         _require(t[key] >= 0, f"train.{key}", t[key], "an integer >= 0")
     if "tau" in has:
         _require(0 < t.tau <= 1, "train.tau", t.tau, "a number in (0, 1] (1: the target is copied)")
+    if "autotune" in has:  # SAC learns log(ent_coef)
+        _require(t.ent_coef > 0, "train.ent_coef", t.ent_coef, "a number > 0 with train=sac (alpha, learned as its log)")
     if "prio_beta0" in has:
         _require(0 <= t.prio_beta0 <= 1, "train.prio_beta0", t.prio_beta0, "a number in [0, 1]")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from puffer.policies.distributions import GLOBAL_NOISE, ActionDist, Noise
+from puffer.policies.distributions import GLOBAL_NOISE, Noise, policy_action_dist
 from puffer.policies.protocol import is_recurrent
 
 
@@ -36,7 +36,7 @@ class Acting:
 
     def __init__(self, policy: torch.nn.Module, action_space, forward=None, noise: Noise = GLOBAL_NOISE):
         self.policy, self.forward, self.noise = policy, forward or policy, noise
-        self.dist = ActionDist(action_space)
+        self.dist = policy_action_dist(policy, action_space)
         self.recurrent = is_recurrent(policy)
 
     def initial_state(self, rows: int, device) -> tuple | None:

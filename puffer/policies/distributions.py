@@ -1,6 +1,6 @@
 """Action distributions: `ActionDist` (sampling, log-probabilities and entropy for Discrete,
-MultiDiscrete, Box and HybridBox action spaces) and `ActionHead` (features -> the parameters it
-reads). A policy maps flat observations to `(dist_params, value)`; `ActionDist`, built from the
+MultiDiscrete, Box and HybridBox action spaces), `SquashedGaussian` (a bounded Box's actions as
+tanh of a Gaussian: SAC's) and `ActionHead` (features -> the parameters ActionDist reads). A policy maps flat observations to `(dist_params, value)`; `ActionDist`, built from the
 action space, interprets `dist_params`: logits for categorical spaces, `(mean, log_std)` for
 Box, `(logits, mean, log_std)` for HybridBox.
 """
@@ -30,6 +30,28 @@ class Noise:
 
 
 GLOBAL_NOISE = Noise()
+
+
+class CorrelatedNoise(Noise):
+    """Gaussian draws correlated in time, row by row: each step's draw is `correlation` times the
+    row's last one plus sqrt(1 - correlation^2) times a fresh one (an AR(1) process, the discrete
+    Ornstein-Uhlenbeck: unit variance, correlation^k between draws k steps apart). Exploration
+    that keeps a direction for about 1 / (1 - correlation) steps, as the red and pink noise of
+    Eberhard et al. 2023 ("Pink Noise Is All You Need", ICLR), which find such noise solves
+    MountainCarContinuous where white noise does not. Every call must draw for the same rows
+    (a full batch of the vector env); `state` is what a checkpoint keeps."""
+
+    def __init__(self, correlation: float):
+        self.correlation = correlation
+        self.state: torch.Tensor | None = None
+
+    def normal(self, like: torch.Tensor) -> torch.Tensor:
+        fresh = torch.randn_like(like)
+        if self.state is None or self.state.shape != like.shape:
+            self.state = fresh
+        else:
+            self.state = self.correlation * self.state + math.sqrt(1 - self.correlation**2) * fresh
+        return self.state
 
 
 def _gumbel_max(logits: torch.Tensor, noise: Noise = GLOBAL_NOISE) -> torch.Tensor:
@@ -155,3 +177,81 @@ class ActionHead(nn.Module):
             return logits
         gaussian = (self.mean(hidden), self.log_std.expand(hidden.shape[0], -1))
         return gaussian if logits is None else (logits, *gaussian)
+
+
+class SquashedGaussian(ActionDist):
+    """Actions of a bounded Box as a Gaussian squashed by tanh (SAC's policy: Haarnoja et al. 2018,
+    appendix C): u ~ N(mean, exp(log_std)), the unit action tanh(u) in (-1, 1), the env's action
+    low + (tanh(u) + 1) (high - low) / 2. Its deterministic action is the squashed mean.
+
+    Log-probabilities are of the unit action (tanh's change of variables, not the affine map to
+    the bounds, which only adds a constant: SB3's and the SAC paper's convention, which their
+    target entropy of -dim(A) assumes). A policy declares this distribution as its `action_dist`
+    (`policy_action_dist`); the dist params are `(mean, log_std)` as for ActionDist's Box."""
+
+    def __init__(self, action_space: spaces.Space):
+        super().__init__(action_space)
+        if isinstance(action_space, HybridBox) or self.nvec:
+            raise ValueError(f"a squashed Gaussian draws continuous actions only; the action space is {action_space}")
+        low, high = np.asarray(action_space.low, np.float64), np.asarray(action_space.high, np.float64)
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
+            raise ValueError(f"a squashed Gaussian needs a bounded Box (finite low < high); this one is "
+                             f"{action_space}: bound the env's actions (e.g. gymnasium.wrappers.ClipAction "
+                             "on a rescaled space)")
+        self.low = torch.as_tensor(low, dtype=torch.float32)
+        self.half = torch.as_tensor((high - low) / 2, dtype=torch.float32)
+
+    def _bounds(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.low.device != like.device:
+            self.low, self.half = self.low.to(like.device), self.half.to(like.device)
+        return self.low, self.half
+
+    def squash(self, unit: torch.Tensor) -> torch.Tensor:
+        """Unit actions in [-1, 1] -> the env's."""
+        low, half = self._bounds(unit)
+        return low + (unit + 1) * half
+
+    def to_unit(self, action: torch.Tensor) -> torch.Tensor:
+        """The env's actions -> unit actions in [-1, 1] (what a critic reads)."""
+        low, half = self._bounds(action)
+        return (action.float() - low) / half - 1
+
+    def rsample(self, params, noise: Noise = GLOBAL_NOISE) -> tuple[torch.Tensor, torch.Tensor]:
+        """(unit action, its log-probability), differentiable in the params (the
+        reparameterization the SAC actor's loss needs)."""
+        mean, log_std = params
+        u = mean + log_std.exp() * noise.normal(mean)
+        return torch.tanh(u), self._log_prob(u, mean, log_std)
+
+    @staticmethod
+    def _log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+        z = (u - mean) / log_std.exp()
+        gaussian = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log |d tanh(u) / du| = log(1 - tanh(u)^2), in a form that stays finite for large |u|
+        jacobian = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
+        return gaussian - jacobian.sum(-1)
+
+    def sample(self, params, noise: Noise = GLOBAL_NOISE) -> tuple[torch.Tensor, torch.Tensor]:
+        unit, logprob = self.rsample(params, noise)
+        return self.squash(unit), logprob
+
+    def mode(self, params) -> torch.Tensor:
+        return self.squash(torch.tanh(params[0]))
+
+    def log_prob_entropy(self, params, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The log-probability of env actions, and as entropy its one-sample estimate -log p (a
+        squashed Gaussian's entropy has no closed form)."""
+        mean, log_std = params
+        unit = self.to_unit(action).clamp(-1 + 1e-6, 1 - 1e-6)
+        logprob = self._log_prob(torch.atanh(unit), mean, log_std.expand_as(mean))
+        return logprob, -logprob
+
+
+def policy_action_dist(policy: nn.Module, action_space: spaces.Space) -> ActionDist:
+    """The distribution a policy's dist params are read with: its own where a module of it
+    declares one (`action_dist`, e.g. SAC's SquashedGaussian), else the action space's ActionDist."""
+    for module in policy.modules():
+        dist = getattr(module, "action_dist", None)
+        if isinstance(dist, ActionDist):
+            return dist
+    return ActionDist(action_space)

@@ -1,4 +1,5 @@
 """The networks: `Default` (an MLP actor-critic over any emulated observation), `NatureCNN` (pixels),
+`QNetwork` (action values: PQN, DQN), `SACNetwork` (a squashed Gaussian actor and twin critics),
 and `ObsEncoder` (flat row -> features, unflattening structured observations per leaf: images,
 symbol grids, text, vectors). What does not live here: the action distributions and heads
 (puffer.policies.distributions), the wrappers around a network (puffer.policies.wrappers),
@@ -18,8 +19,8 @@ from torch import nn
 
 from puffer.config.schema import PIXEL_LAYOUTS
 from puffer.emulation.spaces import ObsLayout, format_path
-from puffer.policies.distributions import ActionHead
-from puffer.policies.layers import default_init, layer_init, mlp
+from puffer.policies.distributions import ActionHead, SquashedGaussian
+from puffer.policies.layers import EnsembleMLP, default_init, layer_init, mlp
 
 IMAGE_FEATURES = 256  # features of each image leaf of a structured observation
 
@@ -276,6 +277,63 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor):
         return self.decode(self.encode(obs))
+
+
+class TwinCritic(nn.Module):
+    """`critics` Q(s, a) estimates (SAC's twin critics, Fujimoto et al. 2018's clipped double Q):
+    an observation encoder of their own and an ensemble of MLPs over [features, unit action]."""
+
+    def __init__(self, observation_space: spaces.Space, action_dims: int, hidden_size: int, num_layers: int,
+                 activation: str, critics: int = 2):
+        super().__init__()
+        self.encoder = ObsEncoder(observation_space)
+        self.q = EnsembleMLP(critics, self.encoder.out_dim + action_dims, hidden_size, num_layers, activation)
+
+    def forward(self, features: torch.Tensor, unit_action: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        """(critics, batch) Q-values of encoded observations (`self.encoder`) and unit actions."""
+        return self.q(torch.cat([features, unit_action.to(features.dtype)], -1), detach).squeeze(-1)
+
+
+class SACNetwork(nn.Module):
+    """SAC's networks (Haarnoja et al. 2018, with SB3's MlpPolicy shapes): an actor, the encoded
+    observation through an MLP to the mean and log std (clamped to [LOG_STD_MIN, LOG_STD_MAX]) of a
+    Gaussian squashed into the action bounds (its `action_dist`), and twin critics with their own
+    encoder. Layers keep PyTorch's default initialization, as SB3's SAC does (`log_std_init`: the
+    actor's initial log std instead, in every state).
+
+    As every policy it returns `(dist_params, value)`: the actor's `(mean, log_std)`, read by the
+    squashed Gaussian (so evaluation, `puffer.load(...).act` and export take the squashed mean),
+    and as value the smaller critic's Q of that deterministic action. The SAC trainer reads the
+    actor and critics apart (`actor_params`, `critic`)."""
+
+    LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SB3's clamp
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
+                 hidden_size: int = 256, num_layers: int = 2, activation: str = "relu",
+                 log_std_init: float | None = None, critics: int = 2):
+        super().__init__()
+        if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
+            raise ValueError(f"policy=sac acts in a 1-d Box of continuous actions; this env's is {action_space}")
+        self.action_dist = SquashedGaussian(action_space)
+        dims = int(action_space.shape[0])
+        self.encoder = ObsEncoder(observation_space)
+        self.actor = mlp(self.encoder.out_dim, hidden_size, num_layers, activation)
+        self.mean = nn.Linear(hidden_size, dims)
+        self.log_std = nn.Linear(hidden_size, dims)
+        default_init(self)
+        if log_std_init is not None:  # a chosen initial exploration: std exp(log_std_init) in every state
+            nn.init.constant_(self.log_std.bias, float(log_std_init))
+            self.log_std.weight.data.mul_(0.01)
+        self.critic = TwinCritic(observation_space, dims, hidden_size, num_layers, activation, critics)
+
+    def actor_params(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.actor(self.encoder(obs))
+        return self.mean(hidden), self.log_std(hidden).clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+
+    def forward(self, obs: torch.Tensor):
+        params = self.actor_params(obs)
+        q = self.critic(self.critic.encoder(obs), torch.tanh(params[0]))
+        return params, q.min(0).values
 
 
 def pixel_layout(shape: tuple[int, ...], layout: str = "auto") -> str:

@@ -4,15 +4,14 @@ replay buffer against a target network. The rollout loop is the trainer's: each 
 (train.num_steps of every row, SB3's train_freq) goes into the buffer, then train.gradient_steps
 minibatches drawn from it take one step each.
 
-What lives here: `DQN` (`update`, the target network and the buffer in checkpoints). What does
-not: acting and the epsilon schedule (puffer.training.qlearning), the buffer
+What lives here: `DQN` (`update`, the target network's schedule). What does not: acting and the
+epsilon schedule (puffer.training.qlearning), the buffer and its checkpoints
 (puffer.training.replay), the network (policy=q), the loop (puffer.training.trainer).
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 
 import torch
 from torch import nn
@@ -20,14 +19,12 @@ from torch import nn
 from puffer.config.schema import DQNConfig
 from puffer.training.minibatches import Priority
 from puffer.training.qlearning import QLearner
-from puffer.training.replay import ReplayBuffer
-
-log = logging.getLogger(__name__)
+from puffer.training.replay import LearnsFromReplay
 
 __all__ = ["DQN"]
 
 
-class DQN(QLearner):
+class DQN(LearnsFromReplay, QLearner):
     """The online network regresses Q(s, a) on r + gamma * (1 - terminal) * Q_target(s', a'), a'
     the target's argmax (or the online network's, train.double_q), with SB3's Huber loss; the
     target is moved to the online weights every train.target_update_interval steps (by train.tau)."""
@@ -35,19 +32,17 @@ class DQN(QLearner):
     def __init__(self, config: DQNConfig, vecenv, policy: nn.Module, **kwargs):
         super().__init__(config, vecenv, policy, **kwargs)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
-        self.replay = ReplayBuffer(config.buffer_size, self.rollout)
+        self.init_replay()
         self.synced_at = 0  # the global step of the target's last update
-        log.info("replay buffer: %d transitions, %.1f MB on %s", config.buffer_size, self.replay.nbytes / 1e6,
-                 self.device)
+
+    def targets(self) -> dict[str, tuple[nn.Module, nn.Module]]:
+        return {"target": (self.target, self.policy)}
 
     def update(self) -> dict[str, float]:
         c = self.config
-        added = self.replay.add_rollout(self.rollout, self.collector.next_obs())
+        steps = self.replay_steps()
         self.anneal_learning_rate()
-        steps = c.gradient_steps or added
         sums = torch.zeros(len(self.stats), dtype=torch.float64, device=self.device)
-        if self.global_step <= c.learning_starts or self.replay.size == 0:
-            steps = 0
         # prioritized replay: beta annealed from prio_beta0 to 1 over training
         priority = (Priority(c.prio_alpha, c.prio_beta0 + (1 - c.prio_beta0) * self.epoch / self.num_epochs,
                              self.generator) if c.prioritized else None)
@@ -81,36 +76,16 @@ class DQN(QLearner):
         crossed = self.global_step // c.target_update_interval - self.synced_at // c.target_update_interval
         if crossed <= 0:
             return
-        with torch.no_grad():
-            online, target = list(self.policy.parameters()), list(self.target.parameters())
-            if c.tau == 1:
-                torch._foreach_copy_(target, online)
-            else:
-                torch._foreach_lerp_(target, online, c.tau)
-            for buffer, source in zip(self.target.buffers(), self.policy.buffers(), strict=True):
-                buffer.copy_(source)  # running observation statistics, if any
+        self.move_target(self.target, self.policy, c.tau)
         self.synced_at = self.global_step
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict | None:
         state = super().state_dict()
-        if state is None:
-            return None
-        state["target"] = self.target.state_dict()
-        state["target_synced_at"] = self.synced_at
-        if self.config.save_replay:
-            state["replay"] = self.replay.state_dict()
-        else:
-            log.warning("train.save_replay=false: the checkpoint leaves the replay buffer out (%d transitions); "
-                        "a resumed run refills it from its own rollouts and is not bit-identical", self.replay.size)
-            state["replay"] = None
+        if state is not None:
+            state["target_synced_at"] = self.synced_at
         return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.target.load_state_dict(state.get("target") or self.policy.state_dict())
         self.synced_at = state.get("target_synced_at", self.global_step)
-        if state.get("replay") is not None:
-            self.replay.load_state_dict(state["replay"])
-        else:
-            log.warning("the checkpoint holds no replay buffer: it refills from the next rollouts")

@@ -2,8 +2,11 @@
 
 What lives here: `ReplayBuffer` (a ring of flat transition rows on the trainer's device, filled
 from a collected rollout, drawn from uniformly or by priority with the trainer's generator, saved
-in checkpoints so that a resumed run continues bit for bit). What does not: which steps of a rollout are transitions
-(puffer.training.rollout's validity) and how a learner uses them (puffer.training.dqn).
+in checkpoints so that a resumed run continues bit for bit) and `LearnsFromReplay` (what a
+Trainer that learns from one adds: the buffer filled each epoch, the gradient steps it allows,
+target networks, all of it in checkpoints). What does not: which steps of a rollout are
+transitions (puffer.training.rollout's validity) and how a learner uses them (puffer.training.dqn,
+puffer.training.sac).
 
 A transition of row r at step t is stored when the step is valid (its agent acted on a real
 observation): (obs, action, reward, terminal, next obs), the next observation being the row's
@@ -14,12 +17,17 @@ truncation bootstraps from it and a terminal, flagged, from nothing.
 
 from __future__ import annotations
 
+import logging
+
 import torch
+from torch import nn
 
 from puffer.training.minibatches import Priority
 from puffer.training.rollout import Rollout
 
-__all__ = ["ReplayBuffer"]
+log = logging.getLogger(__name__)
+
+__all__ = ["LearnsFromReplay", "ReplayBuffer"]
 
 
 class ReplayBuffer:
@@ -100,3 +108,71 @@ class ReplayBuffer:
         self.priorities[:size] = state["priorities"].to(self.obs.device) if "priorities" in state else 1.0
         self.size, self.next = size, state["next"] % self.capacity
         self.max_priority = state.get("max_priority", 1.0)
+
+
+class LearnsFromReplay:
+    """A Trainer mixin (`class DQN(LearnsFromReplay, QLearner)`) for an algorithm that learns from a
+    replay buffer (train.* of puffer.config.schema.ReplayConfig): `init_replay` after the
+    trainer's __init__, `replay_steps` at the start of each update, `move_target` for each
+    target network; the buffer and the targets (`targets()`) go into checkpoints."""
+
+    def init_replay(self) -> None:
+        self.replay = ReplayBuffer(self.config.buffer_size, self.rollout)
+        log.info("replay buffer: %d transitions, %.1f MB on %s", self.config.buffer_size, self.replay.nbytes / 1e6,
+                 self.device)
+
+    def minibatch_rows(self) -> int:
+        return self.config.batch_size
+
+    def targets(self) -> dict[str, tuple[nn.Module, nn.Module]]:
+        """The target networks by their checkpoint keys, each with the network it follows."""
+        return {}
+
+    def replay_steps(self) -> int:
+        """Stores the epoch's rollout in the buffer; the gradient steps of this update:
+        train.gradient_steps, or as many as the transitions stored (0), none until
+        train.learning_starts steps are collected."""
+        c = self.config
+        added = self.replay.add_rollout(self.rollout, self.collector.next_obs())
+        if self.global_step <= c.learning_starts or self.replay.size == 0:
+            return 0
+        return c.gradient_steps or added
+
+    @staticmethod
+    @torch.no_grad()
+    def move_target(target: nn.Module, online: nn.Module, tau: float) -> None:
+        """`target`'s weights `tau` of the way to `online`'s (1: a copy); its buffers (running
+        observation statistics, if any) copied."""
+        mine, theirs = list(target.parameters()), list(online.parameters())
+        if tau == 1:
+            torch._foreach_copy_(mine, theirs)
+        else:
+            torch._foreach_lerp_(mine, theirs, tau)
+        for buffer, source in zip(target.buffers(), online.buffers(), strict=True):
+            buffer.copy_(source)
+
+    def state_dict(self) -> dict | None:
+        state = super().state_dict()
+        if state is None:
+            return None
+        state.update({key: target.state_dict() for key, (target, _) in self.targets().items()})
+        if self.config.save_replay:
+            state["replay"] = self.replay.state_dict()
+        else:
+            log.warning("train.save_replay=false: the checkpoint leaves the replay buffer out (%d transitions); "
+                        "a resumed run refills it from its own rollouts and is not bit-identical", self.replay.size)
+            state["replay"] = None
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        for key, (target, online) in self.targets().items():
+            if state.get(key) is not None:
+                target.load_state_dict(state[key])
+            else:  # a checkpoint saved after a failure holds the weights only
+                log.warning("the checkpoint holds no %s network: it starts as a copy of the online one", key)
+                self.move_target(target, online, 1.0)
+        if state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"])
+        else:
+            log.warning("the checkpoint holds no replay buffer: it refills from the next rollouts")

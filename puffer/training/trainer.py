@@ -156,7 +156,7 @@ class Trainer:
         self.batch_size = T * N  # this rank's samples per rollout
         self.threads = self.adjusted_threads(threads.plan(
             self.agent_policy(), vecenv.single_observation_space,
-            minibatch_rows=math.ceil(self.batch_size / config.num_minibatches),
+            minibatch_rows=self.minibatch_rows(),
             rollout_rows=vecenv.rows_per_batch, env_processes=env_processes(vecenv),
             torch_threads=runtime.torch_threads, rollout_threads=runtime.rollout_threads,
             device=str(self.device)))
@@ -214,6 +214,10 @@ class Trainer:
         """Where the collector's action sampling draws its random numbers."""
         return GLOBAL_NOISE
 
+    def minibatch_rows(self) -> int:
+        """Samples per learning step (the thread plan's measure of the learner's work): a rollout's share."""
+        return math.ceil(self.batch_size / self.config.num_minibatches)
+
     def action_rule(self):
         """How the collector picks actions from the policy's outputs: None samples the policy's
         distribution; a Q-learner gives its exploration rule (puffer.training.qlearning)."""
@@ -267,15 +271,18 @@ class Trainer:
         """Learn from `self.rollout`; returns `train/*` metrics. Each algorithm implements it."""
         raise NotImplementedError(f"{type(self).__name__} implements no update()")
 
-    def optimizer_step(self, loss: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
+    def optimizer_step(self, loss: torch.Tensor, max_grad_norm: float | None) -> torch.Tensor | None:
         """One gradient step on `loss`: gradients averaged over torchrun's ranks, their norm
-        clipped to `max_grad_norm`, the optimizer stepped; returns the norm before clipping. A
-        non-finite loss or gradient poisons the weights here: the update finds it in its stats
-        (check_finite_stats) and the run saves the weights from before the update."""
+        clipped to `max_grad_norm` (None: not clipped, SAC's), the optimizer stepped; returns the
+        norm before clipping. A non-finite loss or gradient poisons the weights here: the update
+        finds it in its stats (check_finite_stats) and the run saves the weights from before the update."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        distributed.average_gradients(self.policy.parameters())  # under torchrun
-        grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), max_grad_norm)
+        # under torchrun: every parameter the optimizer steps (the policy's and e.g. SAC's entropy coefficient)
+        distributed.average_gradients(p for group in self.optimizer.param_groups for p in group["params"])
+        grad_norm = None
+        if max_grad_norm is not None:
+            grad_norm = nn.utils.clip_grad_norm_(self.policy.parameters(), max_grad_norm)
         self.optimizer.step()
         return grad_norm
 

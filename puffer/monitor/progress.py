@@ -87,7 +87,7 @@ def duration(seconds: float) -> str:
 
 
 def number(value: float, digits: int) -> str:
-    """A metric, or '-' while there is none yet (no episode has ended)."""
+    """A metric, or '-' while there is none yet (no episode has ended, no gradient step taken)."""
     return "-" if not math.isfinite(value) else f"{value:.{digits}f}"
 
 
@@ -102,7 +102,7 @@ def render(name: str, s: dict) -> Table:
     for section, pct in s["sections"].items():
         table.add_row(section, f"{'#' * round(pct / 2.5):<40} {pct:5.1f}%")
     for loss, value in s["losses"].items():
-        table.add_row(loss, f"{value:.4f}")
+        table.add_row(loss, number(value, 4))
     if s["machine"] is not None:
         table.add_row("machine", s["machine"])
     return table
@@ -112,7 +112,7 @@ def line(name: str, s: dict) -> str:
     sections = " ".join(f"{k} {v:.0f}%" for k, v in s["sections"].items())
     return (f"{name} | step {s['step']:,}/{s['total']:,} | epoch {s['epoch']}/{s['epochs']} | "
             f"{s['sps']:,.0f} SPS | ETA {duration(s['eta'])} | return {returns_text(s, 1)} | "
-            + "".join(f"{k} {v:.3f} | " for k, v in list(s["losses"].items())[:2]) + f"{sections}" + (
+            + "".join(f"{k} {number(v, 3)} | " for k, v in list(s["losses"].items())[:2]) + f"{sections}" + (
                 f" | other processes use {s['others']:.0f}% of the CPUs"
                 if s["others"] >= CONTENDED_PCT else ""))
 

@@ -18,7 +18,7 @@ from puffer.policies.distributions import SquashedGaussian
 from puffer.policies.layers import EnsembleMLP
 from puffer.run import run
 
-SMALL = ["env=classic/pendulum", "train=sac", "train.total_timesteps=1024", "train.learning_starts=128",
+SMALL = ["env=classic/pendulum", "train=sac", "vec.num_envs=4", "train.total_timesteps=1024", "train.learning_starts=128",
          "train.batch_size=32", "policy.hidden_size=16", "eval.episodes=0", "runtime.torch_threads=1"]
 
 
@@ -104,7 +104,7 @@ def test_sac_refuses_what_it_cannot_learn_in_one_line(cli, make_cfg):
         validate(make_cfg("env=classic/pendulum", "train=sac", "train.ent_coef=0"))
     with pytest.raises(ConfigError, match="train.noise_correlation=0.5: expected 0 with vec.envs_per_batch=2"):
         validate(make_cfg("env=classic/pendulum", "train=sac", "train.noise_correlation=0.5", "vec=multiprocessing",
-                          "vec.envs_per_batch=2"))
+                          "vec.num_envs=4", "vec.envs_per_batch=2"))
     with pytest.raises(ConfigError, match="policy.rnn=.lstm.: expected null with train=sac"):
         validate(make_cfg("env=classic/pendulum", "train=sac", "policy.rnn=lstm"))
 

@@ -12,6 +12,13 @@ from torch import nn
 ACTIVATION_LAYERS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 
+def activation_layer(name: str) -> nn.Module:
+    """A new layer of the activation `policy.activation` names; a ValueError naming the key otherwise."""
+    if name not in ACTIVATION_LAYERS:
+        raise ValueError(f"policy.activation={name!r}: expected one of {sorted(ACTIVATION_LAYERS)}")
+    return ACTIVATION_LAYERS[name]()
+
+
 def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
     """Orthogonal weights and constant bias (the PPO implementation-details recipe)."""
     nn.init.orthogonal_(layer.weight, std)
@@ -30,14 +37,13 @@ def default_init(module: nn.Module) -> None:
 def mlp(in_dim: int, hidden: int, layers: int, activation: str, layer_norm: bool = False) -> nn.Sequential:
     """`layers` linear layers of `hidden` units, each followed by the activation; `layer_norm`
     puts a LayerNorm between each linear layer and its activation (PQN's network)."""
-    if activation not in ACTIVATION_LAYERS:
-        raise ValueError(f"policy.activation={activation!r}: expected one of {sorted(ACTIVATION_LAYERS)}")
+    activation_layer(activation)  # the name checked before any layer is built
     modules, dim = [], in_dim
     for _ in range(layers):
         modules.append(layer_init(nn.Linear(dim, hidden)))
         if layer_norm:
             modules.append(nn.LayerNorm(hidden))
-        modules.append(ACTIVATION_LAYERS[activation]())
+        modules.append(activation_layer(activation))
         dim = hidden
     return nn.Sequential(*modules)
 
@@ -52,9 +58,7 @@ class EnsembleMLP(nn.Module):
 
     def __init__(self, members: int, in_dim: int, hidden: int, layers: int, activation: str, out_dim: int = 1):
         super().__init__()
-        if activation not in ACTIVATION_LAYERS:
-            raise ValueError(f"policy.activation={activation!r}: expected one of {sorted(ACTIVATION_LAYERS)}")
-        self.activation = ACTIVATION_LAYERS[activation]()
+        self.activation = activation_layer(activation)
         sizes = [in_dim, *[hidden] * layers, out_dim]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()

@@ -20,7 +20,7 @@ from puffer.policies.distributions import _gumbel_max
 from puffer.policies.networks import QNetwork
 from puffer.policies.protocol import is_recurrent
 from puffer.policies.wrappers import MASKED_LOGIT
-from puffer.training.trainer import Trainer
+from puffer.training.trainer import Trainer, refuse_turn_based
 
 __all__ = ["QLearner", "check_q_network"]
 
@@ -41,9 +41,7 @@ class QLearner(Trainer):
         if not isinstance(vecenv.single_action_space, spaces.Discrete):
             raise ConfigError(f"{cls.name()} learns a value per action of a Discrete action space; this env's "
                               f"is {vecenv.single_action_space}: expected train=ppo")
-        if getattr(vecenv.driver_env, "turn_based", False):
-            raise ConfigError(f"{cls.name()}: a turn-based env's agents take turns, and Q-learning over their "
-                              "turns is not built; expected train=ppo")
+        refuse_turn_based(vecenv, cls.name(), "Q-learning")
 
     def __init__(self, config, vecenv, policy: nn.Module, **kwargs):
         self.check_env(vecenv)
@@ -88,8 +86,7 @@ class QLearner(Trainer):
 
     def averaged(self, sums: torch.Tensor, count: int) -> dict[str, float]:
         """train/* of an update: each of `stats` averaged over its `count` steps, epsilon, the LR."""
-        self.check_finite_stats(sums, self.stats)
-        metrics = {f"train/{k}": v / max(count, 1) for k, v in zip(self.stats, sums.tolist(), strict=True)}
+        metrics = self.mean_stats(sums, self.stats, count)
         metrics["train/loss"] = metrics["train/td_loss"]
         metrics["train/epsilon"] = self.epsilon()
         metrics["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]

@@ -29,7 +29,7 @@ from puffer.policies.protocol import is_recurrent
 from puffer.policies.wrappers import PolicyWrapper
 from puffer.training.optim import Combined
 from puffer.training.replay import LearnsFromReplay
-from puffer.training.trainer import Trainer
+from puffer.training.trainer import Trainer, refuse_turn_based
 
 __all__ = ["SAC"]
 
@@ -61,9 +61,7 @@ class SAC(LearnsFromReplay, Trainer):
             SquashedGaussian(space)
         except ValueError as exc:
             raise ConfigError(f"train=sac: {exc}") from None
-        if getattr(vecenv.driver_env, "turn_based", False):
-            raise ConfigError("train=sac: a turn-based env's agents take turns, and SAC over their turns is not "
-                              "built; expected train=ppo")
+        refuse_turn_based(vecenv, cls.name(), "SAC")
 
     def __init__(self, config: SACConfig, vecenv, policy: nn.Module, **kwargs):
         self.check_env(vecenv)
@@ -118,9 +116,8 @@ class SAC(LearnsFromReplay, Trainer):
         for _ in range(steps):
             _, _, batch = self.replay.sample(c.batch_size, self.generator)
             sums += self.gradient_step(*batch)
-        metrics = {f"train/{k}": v / steps for k, v in zip(self.stats, sums.tolist(), strict=True)} if steps else {}
+        metrics = self.mean_stats(sums, self.stats, steps) if steps else {}
         if steps:
-            self.check_finite_stats(sums, self.stats)
             metrics["train/loss"] = metrics["train/critic_loss"]
         metrics["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]
         metrics["train/replay_size"] = self.replay.size

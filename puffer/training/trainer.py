@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from puffer.config.schema import AlgorithmConfig, RuntimeConfig
+from puffer.errors import ConfigError
 from puffer.files import checkpoint
 from puffer.loggers.base import Logger
 from puffer.monitor.profiler import Profiler
@@ -101,6 +102,15 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def refuse_turn_based(vecenv, name: str, learning: str) -> None:
+    """A ConfigError when `vecenv` is a turn-based game, whose agents take turns: the algorithm
+    `name` (e.g. train=sac) learns, by `learning` (e.g. SAC), from consecutive steps of one
+    agent, which such a game does not have."""
+    if getattr(vecenv.driver_env, "turn_based", False):
+        raise ConfigError(f"{name}: a turn-based env's agents take turns, and {learning} over their turns is not "
+                          "built; expected train=ppo")
 
 
 def env_processes(vecenv) -> int:
@@ -298,6 +308,12 @@ class Trainer:
             f"{self.global_step}); stopping before the parameters are saved. Lower "
             "train.learning_rate or train.max_grad_norm"
         )
+
+    def mean_stats(self, sums: torch.Tensor, names: tuple[str, ...], count: int) -> dict[str, float]:
+        """train/<name>: each sum over an update's `count` steps divided by it, after
+        check_finite_stats (a non-finite sum stops the run before anything is saved)."""
+        self.check_finite_stats(sums, names)
+        return {f"train/{k}": v / max(count, 1) for k, v in zip(names, sums.tolist(), strict=True)}
 
     def anneal_learning_rate(self) -> None:
         """train.anneal_lr: the LR of this epoch on train.lr_schedule's way to 0."""

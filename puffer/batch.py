@@ -128,7 +128,7 @@ def check_members(cfgs: list[DictConfig]) -> None:
             if shared.get(key) != theirs.get(key):
                 raise ConfigError(f"{key}: members of one batch must share it (run 0 has {shared.get(key)!r}, run {k} "
                                   f"{theirs.get(key)!r}); they may differ in {', '.join(MEMBER_CONFIG_KEYS)}")
-    check_batchable([OmegaConf.to_object(cfg.train) for cfg in cfgs], recurrent=bool(first.policy.get("rnn")))
+    check_batchable([OmegaConf.to_object(cfg.train) for cfg in cfgs])
 
 
 def run_batch(cfgs: list[DictConfig], run_dirs: list[str | Path], batch_dir: str | Path,

@@ -40,14 +40,16 @@ def solo(cfg) -> PPO:
     return PPO(OmegaConf.to_object(cfg.train), vecenv, policy, device="cpu", seed=cfg.seed, progress=None)
 
 
-@pytest.mark.parametrize("env", ["classic/cartpole", "classic/pendulum", "classic/acrobot"])
-def test_first_rollout_and_update_equal_solo_runs(make_cfg, env):
+@pytest.mark.parametrize("env,policy", [("classic/cartpole", []), ("classic/pendulum", []), ("classic/acrobot", []),
+                                        ("classic/cartpole", ["policy.rnn=lstm"])])
+def test_first_rollout_and_update_equal_solo_runs(make_cfg, env, policy):
     """Members with seeds 0 and 3 (and their own learning rates and clip ranges): each member's
-    observations, actions and rewards of the first rollout are its solo run's exactly (CartPole;
-    Pendulum's Gaussian actions to float tolerance: the stacked forward's means may differ from
-    a solo forward's in the last bits), and the first update's losses are equal to float
-    tolerance, as are its running observation statistics after it (Acrobot's norm_obs)."""
-    overrides = [f"env={env}", *SMALL]
+    observations, actions and rewards of the first rollout are its solo run's exactly (CartPole,
+    with an LSTM too; Pendulum's Gaussian actions to float tolerance: the stacked forward's means
+    may differ from a solo forward's in the last bits), and the first update's losses are equal
+    to float tolerance, as are its running observation statistics after it (Acrobot's
+    norm_obs). The LSTM members learn from their row sequences as their solo runs do."""
+    overrides = [f"env={env}", *SMALL, *policy]
     cfgs = [make_cfg(*overrides, "seed=0"), make_cfg(*overrides, "seed=3", "train.learning_rate=0.001",
                                                      "train.clip_coef=0.3", "train.ent_coef=0.02")]
     vecenv = make_member_vecenv(cfgs)
@@ -123,8 +125,6 @@ def test_batch_refuses_what_it_cannot_give_each_member(make_cfg):
         check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "train.num_steps=64")])
     with pytest.raises(ConfigError, match="vtrace"):
         check_members([make_cfg(*base, "seed=0", "train.vtrace=true")])
-    with pytest.raises(ConfigError, match="LSTM"):
-        check_members([make_cfg(*base, "seed=0", "policy.rnn=lstm")])
     with pytest.raises(ConfigError, match="policy"):  # a shape: not a member's own setting
         check_members([make_cfg(*base, "seed=0"), make_cfg(*base, "seed=1", "policy.hidden_size=32")])
 
@@ -181,10 +181,12 @@ def test_members_launcher_groups_jobs_and_writes_their_directories(tmp_path):
     assert text.count("| 2 |") >= 2  # two seeds of each width
 
 
-def test_a_resumed_batch_continues_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("policy", [[], ["policy.rnn=lstm"]])
+def test_a_resumed_batch_continues_bit_for_bit(tmp_path, policy):
     """A batch resumed from its epoch-2 checkpoint ends with the weights, optimizer state and
-    metrics of the batch that ran through: its envs, generators and each member's state resume."""
-    overrides = ["env=classic/cartpole", *SMALL, "train.total_timesteps=256", "runtime.checkpoint_interval=2",
+    metrics of the batch that ran through: its envs, generators and each member's state resume
+    (an LSTM's recurrent state among them)."""
+    overrides = ["env=classic/cartpole", *SMALL, *policy, "train.total_timesteps=256", "runtime.checkpoint_interval=2",
                  "eval.episodes=1"]
     train_batch(*overrides, seeds=[0, 1], run_dir=tmp_path / "whole")
     middle = tmp_path / "whole" / "batch" / "checkpoints" / "epoch_000002.pt"
@@ -246,10 +248,11 @@ def test_an_optuna_search_runs_its_trials_as_members(tmp_path):
     assert best == pytest.approx(max(returns))
 
 
-def test_members_are_evaluated_together_as_each_alone(make_cfg):
+@pytest.mark.parametrize("policy", [[], ["policy.rnn=lstm"]])
+def test_members_are_evaluated_together_as_each_alone(make_cfg, policy):
     """evaluate_members: each member's deterministic evaluation is the one `evaluate` gives its
-    policy alone (the same episodes, seeds and returns)."""
-    cfgs = [make_cfg("env=classic/cartpole", *SMALL, f"seed={seed}") for seed in (0, 7)]
+    policy alone (the same episodes, seeds and returns), an LSTM's as a feed-forward one's."""
+    cfgs = [make_cfg("env=classic/cartpole", *SMALL, *policy, f"seed={seed}") for seed in (0, 7)]
     vecenv = make_member_vecenv(cfgs)
     try:
         trainer = build_trainer(cfgs, vecenv, "cpu")
@@ -263,14 +266,14 @@ def test_members_are_evaluated_together_as_each_alone(make_cfg):
 
 
 def test_jobs_that_cannot_be_a_batch_run_one_after_another(tmp_path):
-    """An LSTM policy is not batched yet: its jobs run as the basic launcher's would, the reason
-    in the log, each with its files."""
+    """V-trace is not batched (it recomputes advantages between epochs): its jobs run as the
+    basic launcher's would, the reason in the log, each with its files."""
     sweep = tmp_path / "multirun"
-    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "seed=0,1", "policy.rnn=lstm",
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "seed=0,1", "train.vtrace=true",
             *SMALL, "train.total_timesteps=128", "eval.episodes=1", f"hydra.sweep.dir={sweep}"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "run one after another, not as a batch: an LSTM policy" in result.stdout + result.stderr
+    assert "run one after another, not as a batch: train.vtrace=true cannot train" in result.stdout + result.stderr
     assert not (sweep / "batches").exists()
     assert all((sweep / str(job) / "model.safetensors").is_file() for job in (0, 1))
 

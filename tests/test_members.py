@@ -172,3 +172,36 @@ def test_every_policy_kind_acts_as_a_member_as_it_acts_alone(kind):
         own_logits, own_values = policy(obs[k * 5:(k + 1) * 5])
         torch.testing.assert_close(logits[k * 5:(k + 1) * 5], own_logits, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(values[k * 5:(k + 1) * 5], own_values, rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_members_step_and_replay_sequences_as_each_alone():
+    """An LSTM policy as members: one step from each member's own state, and the sequence pass
+    of training (states zeroed where episodes start), give each member's outputs and new state
+    as its own nn.LSTMCell does, to float tolerance (the stack runs the cell's formula in plain
+    ops, which vmap maps over members)."""
+    from puffer.training.members import StackedPolicy
+
+    spec = {**POLICY, "rnn": "lstm"}
+    policies = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        policies.append(build_policy(spec, OBS, ACTIONS))
+    stacked = StackedPolicy(policies)
+    assert stacked.is_recurrent
+    g = torch.Generator().manual_seed(0)
+    steps, rows = 6, 4  # rows per member
+    obs = torch.rand(steps, 3 * rows, 4, generator=g) * 2 - 1
+    state = tuple(torch.randn(3 * rows, policies[0].hidden_size, generator=g) for _ in range(2))
+    starts = torch.rand(steps, 3 * rows, generator=g) < 0.2
+    logits, values, (h, c) = stacked.step(obs[0], state)
+    sequence_logits, sequence_values = stacked.forward_sequence(obs, state, starts)
+    for k, policy in enumerate(policies):
+        mine = slice(k * rows, (k + 1) * rows)
+        own_logits, own_values, (own_h, own_c) = policy.step(obs[0, mine], (state[0][mine], state[1][mine]))
+        for got, expected in ((logits[mine], own_logits), (values[mine], own_values), (h[mine], own_h),
+                              (c[mine], own_c)):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        own = policy.forward_sequence(obs[:, mine], (state[0][mine], state[1][mine]), starts[:, mine])
+        at = (torch.arange(steps)[:, None] * 3 * rows + torch.arange(k * rows, (k + 1) * rows)).flatten()
+        torch.testing.assert_close(sequence_logits[at], own[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(sequence_values[at], own[1], rtol=1e-4, atol=1e-5)

@@ -6,7 +6,7 @@ Every job first gets the directory and the `.hydra/` files a job of the basic la
 (Hydra's own run_job, with a task that only notes where); then its members (the job's seed, or
 its trial_seeds) train in the batch and write there as solo runs do; its return value is the
 objective a solo job returns (puffer.cli.jobs.objective), so Optuna's sweeper and the report read
-a batched multirun as any other. A group that cannot train as a batch (an LSTM policy, say) runs
+a batched multirun as any other. A group that cannot train as a batch (train.vtrace, say) runs
 job by job, as the basic launcher would, with the reason in the log.
 """
 

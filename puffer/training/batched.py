@@ -33,7 +33,6 @@ from torch import nn
 from puffer.config.schema import TrainConfig
 from puffer.errors import ConfigError
 from puffer.policies.distributions import Noise
-from puffer.policies.protocol import is_recurrent
 from puffer.runtime import threads
 from puffer.training.advantage import gae
 from puffer.training.members import MemberAdam, MemberStep, StackedPolicy
@@ -57,9 +56,9 @@ UNBATCHABLE = {
 }
 
 
-def check_batchable(configs: list[TrainConfig], recurrent: bool = False) -> None:
+def check_batchable(configs: list[TrainConfig]) -> None:
     """ConfigError naming the key unless `configs` can train as members of one batch: equal in
-    every train.* key but MEMBER_KEYS, Adam, feed-forward, none of UNBATCHABLE."""
+    every train.* key but MEMBER_KEYS, Adam, none of UNBATCHABLE."""
     for config in configs:  # (BatchedPPO is PPO's loss; SPO's or PQN's would be replaced by it)
         if config._target_ != "puffer.training.ppo.PPO":
             raise ConfigError(f"train._target_={config._target_!r}: members of a batch train with PPO only; "
@@ -77,10 +76,6 @@ def check_batchable(configs: list[TrainConfig], recurrent: bool = False) -> None
     if first["optimizer"] != "adam":
         raise ConfigError(f"train.optimizer={first['optimizer']!r}: members train with Adam only (their "
                           "optimizer is one stacked Adam); expected train.optimizer=adam")
-    if recurrent:
-        raise ConfigError("an LSTM policy cannot train in a batch of members yet (its sequences' minibatches "
-                          "are not stacked per member); expected a feed-forward policy, or a launcher "
-                          "other than hydra/launcher=members")
 
 
 class MemberNoise(Noise):
@@ -149,7 +144,7 @@ class BatchedPPO(PPO):
 
     def __init__(self, configs: list[TrainConfig], vecenv, policies: list[nn.Module], seeds: list[int],
                  sampling_states: list[torch.Tensor], device: str = "cpu", **kwargs):
-        check_batchable(configs, recurrent=is_recurrent(policies[0]))
+        check_batchable(configs)
         self.agents = len(configs)
         if vecenv.num_rows % self.agents:
             raise ValueError(f"{vecenv.num_rows} rows do not split into {self.agents} members")
@@ -214,34 +209,66 @@ class BatchedPPO(PPO):
         clip = s["clip_coef"] * (1 - progress) if c.anneal_clip else s["clip_coef"]
         coefficients = Coefficients(clip, s["vf_clip_coef"], s["ent_coef"], s["vf_coef"])
         valid = by_member(r.valid, n)
-        data = [by_member(x, n) for x in (r.obs, r.actions, r.logprobs, r.values, self.advantages)]
-        obs, actions, logprobs, values, advantages = data
-        returns = advantages + values
-        members = torch.arange(n, device=self.device)[:, None]
+        values, advantages = by_member(r.values, n), by_member(self.advantages, n)
         sums = torch.zeros((n, len(STATS)), dtype=torch.float64, device=self.device)
         counts = torch.zeros(n, dtype=torch.float64, device=self.device)
         was_active = self.member_step.active.clone()
         drawing = was_active.tolist()  # a stopped member draws no minibatches
+        epoch_minibatches = self.sequence_minibatches if self.policy.is_recurrent else self.sample_minibatches
         for _ in range(c.update_epochs):
             if not any(drawing):
                 break
-            positions, weights, stepping = member_minibatches(valid, c.num_minibatches, self.shuffles, drawing)
             last_kl = torch.zeros(n, device=self.device)
-            for j in range(positions.shape[0]):
-                where = positions[j]
-                mb = Minibatch(obs[members, where], actions[members, where], logprobs[members, where],
-                               values[members, where], advantages[members, where], returns[members, where],
-                               where=where, weights=weights[j], padded=True)
-                stats, _ = self.member_step(mb, coefficients, stepping[j])
-                taken = stepping[j] & self.member_step.active
+            for mb, stepping in epoch_minibatches(drawing):
+                stats, _ = self.member_step(mb, coefficients, stepping)
+                taken = stepping & self.member_step.active
                 sums += torch.where(taken[:, None], stats.double(), 0.0)
                 counts += taken
-                last_kl = torch.where(stepping[j], stats[:, STATS.index("approx_kl")], last_kl)
+                last_kl = torch.where(stepping, stats[:, STATS.index("approx_kl")], last_kl)
             if not torch.isnan(s["target_kl"]).all():
                 over = (last_kl > s["target_kl"]).tolist()  # (nan: no target, never over)
                 drawing = [d and not o for d, o in zip(drawing, over, strict=True)]
         self.stop_diverged(was_active)
         return self.update_metrics(sums, counts, valid, values, advantages, clip)
+
+    def sample_minibatches(self, drawing: list[bool]):
+        """One epoch's minibatches of samples of every member (`member_minibatches`), with the
+        members that step on each (N,)."""
+        r, n = self.rollout, self.agents
+        obs, actions, logprobs, values, advantages = (by_member(x, n) for x in (
+            r.obs, r.actions, r.logprobs, r.values, self.advantages))
+        returns = advantages + values
+        members = torch.arange(n, device=self.device)[:, None]
+        positions, weights, stepping = member_minibatches(by_member(r.valid, n), self.config.num_minibatches,
+                                                          self.shuffles, drawing)
+        for j in range(positions.shape[0]):
+            where = positions[j]
+            yield Minibatch(obs[members, where], actions[members, where], logprobs[members, where],
+                            values[members, where], advantages[members, where], returns[members, where],
+                            where=where, weights=weights[j], padded=True), stepping[j]
+
+    def sequence_minibatches(self, drawing: list[bool]):
+        """One epoch's row sequences of every member (a recurrent policy), each as its solo run
+        draws them (puffer.training.minibatches.sequences: its E rows shuffled by its generator,
+        cut in pieces of ceil(E / num_minibatches)); tensors (N, T, B, ...), the state at t=0
+        (N, B, H). Every member has E rows, so the pieces need no padding; a member not
+        `drawing` (stopped on train.target_kl) draws nothing and steps in none."""
+        r, n, rows_each = self.rollout, self.agents, self.rows_per_member
+        size = max(1, math.ceil(rows_each / self.config.num_minibatches))
+        order = torch.stack([torch.randperm(rows_each, generator=generator) if draw else torch.arange(rows_each)
+                             for generator, draw in zip(self.shuffles, drawing, strict=True)]).to(self.device)
+        stepping = torch.tensor(drawing, device=self.device)
+        members = torch.arange(n, device=self.device)[:, None]
+        returns = self.advantages + r.values
+        steps = torch.arange(r.num_steps, device=self.device)[:, None, None] * r.num_rows
+        for start in range(0, rows_each, size):
+            rows = members * rows_each + order[:, start:start + size]  # (N, B): each member's own rows
+            h0, c0 = (x[rows] for x in r.state0)
+            obs, actions, logprobs, values, advantages, returns_, valid, starts = (
+                x[:, rows].movedim(0, 1) for x in (r.obs, r.actions, r.logprobs, r.values, self.advantages, returns,
+                                                    r.valid, r.starts))
+            yield Minibatch(obs, actions, logprobs, values, advantages, returns_, where=(steps + rows).movedim(0, 1),
+                            weights=valid.float(), sequence=(h0, c0, starts)), stepping
 
     def stop_diverged(self, was_active: torch.Tensor) -> None:
         """Members whose loss or gradient went non-finite in this update: their weights and Adam

@@ -7,7 +7,7 @@ once: one forward, one backward and one optimizer step serve the N agents.
 
 Each member learns as its solo run would, with nothing shared but the kernels:
 - the policy's forward is mapped over the member axis (torch.func.vmap of functional_call: any
-  policy module), and the loss is PPO's own (`PPO.loss`), whose means and advantage
+  policy module; an LSTM's cell as its formula in plain ops, which vmap can map), and the loss is PPO's own (`PPO.loss`), whose means and advantage
   normalisation run over the sample axis: each member's own; no reduction crosses members but
   the sum of their losses that one backward differentiates (member k's part of its gradient is
   k's loss's alone);
@@ -30,9 +30,11 @@ import copy
 import logging
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from puffer.policies.protocol import is_recurrent
 from puffer.training.minibatches import Minibatch
 from puffer.training.ppo import PPO, Coefficients
 from puffer.training.rollout import float32_params
@@ -60,7 +62,8 @@ class Stack:
             count = value[0].numel()
             self.params[name] = self.flat[:, start:start + count].view(value.shape).requires_grad_()
             start += count
-        self.base = copy.deepcopy(policies[0]).to("meta")
+        self.recurrent = is_recurrent(policies[0])
+        self.base = _mappable(copy.deepcopy(policies[0]).to("meta"))
         for module in self.base.modules():  # vmap cannot ask a tensor for its memory format;
             if getattr(module, "channels_last", False):  # NHWC is a speed-up that changes no result
                 module.channels_last = False
@@ -70,7 +73,8 @@ class Stack:
         # (an MLP's), this runs all members without vmap, 1.6x faster for CartPole's MLP;
         # whether it does is found on the first forward (`direct`).
         self.batched = _member_linears(copy.deepcopy(self.base))
-        self.direct: bool | None = None
+        # (a recurrent policy's step and sequence pass take states: they run through vmap)
+        self.direct: bool | None = False if self.recurrent else None
 
     @property
     def size(self) -> int:
@@ -89,6 +93,18 @@ class Stack:
         if self.direct:
             return self._direct(obs)
         return vmap(self._call)(self.params, self.buffers, obs)
+
+    def call(self, method: str, *args):
+        """The policy's `method` (a recurrent policy's `step` or `forward_sequence`) for each
+        member: `args` (tensors, or tuples of them) with a leading member axis -> its outputs
+        with one, member k's from its own weights."""
+        bound = _Method(self.base, method)
+
+        def one(params, buffers, *member_args):
+            named = ({f"module.{k}": v for k, v in params.items()}, {f"module.{k}": v for k, v in buffers.items()})
+            return functional_call(bound, named, member_args)
+
+        return vmap(one)(self.params, self.buffers, *args)
 
     def _direct(self, obs: torch.Tensor):
         outputs = functional_call(self.batched, (self.params, self.buffers), (obs.flatten(0, 1),))
@@ -144,6 +160,42 @@ class MemberLinear(nn.Module):
         return out.view(*x.shape[:-1], out.shape[-1])
 
 
+class _Method(nn.Module):
+    """`module`'s method `name` as this module's forward (torch.func.functional_call calls forward)."""
+
+    def __init__(self, module: nn.Module, name: str):
+        super().__init__()
+        self.module, self.name = module, name
+
+    def forward(self, *args):
+        return getattr(self.module, self.name)(*args)
+
+
+class LSTMCellOps(nn.Module):
+    """nn.LSTMCell's formula (its gates i, f, g, o; its parameter names) in ops torch.func.vmap
+    can map over members: nn.LSTMCell's fused kernel has no batching rule. Equal to it to float
+    tolerance (the fused kernel adds the two matmuls' outputs in its own order)."""
+
+    def __init__(self, cell: nn.LSTMCell):
+        super().__init__()
+        self.weight_ih, self.weight_hh = cell.weight_ih, cell.weight_hh
+        self.bias_ih, self.bias_hh = cell.bias_ih, cell.bias_hh
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        h, c = state
+        gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh, self.bias_hh)
+        i, f, g, o = gates.chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _mappable(module: nn.Module) -> nn.Module:
+    """`module` with every nn.LSTMCell in it replaced by an LSTMCellOps (same parameter names)."""
+    for name, child in module.named_children():
+        setattr(module, name, LSTMCellOps(child) if type(child) is nn.LSTMCell else _mappable(child))
+    return module
+
+
 def _unflatten(x, members: int):
     """Outputs over N * B rows (a tensor or a tuple of them) as (N, B, ...)."""
     if isinstance(x, tuple):
@@ -174,6 +226,7 @@ class StackedPolicy(nn.Module):
         self.stack = Stack(policies)
         self.size = len(policies)
         self._template = [copy.deepcopy(policies[0])]  # (in a list: not a submodule of this one)
+        self.is_recurrent = self.stack.recurrent
 
     @property
     def template(self) -> nn.Module:
@@ -182,11 +235,40 @@ class StackedPolicy(nn.Module):
         return self._template[0]
 
     def forward(self, obs: torch.Tensor):
-        rows = obs.shape[0]
+        return tuple(_flat_rows(x) for x in self.stack.forward(self._by_member(obs)))
+
+    def initial_state(self, rows: int, device="cpu"):
+        """A recurrent policy's zero state for `rows` rows (every member's)."""
+        return self.template.initial_state(rows, device)
+
+    def step(self, obs: torch.Tensor, state: tuple):
+        """A recurrent policy's step on N * E rows and their states (rows grouped by member):
+        (dist params, values, new state), member k's rows from its own weights."""
+        params, values, state = self.stack.call("step", self._by_member(obs), tuple(self._by_member(x) for x in state))
+        return _flat_rows(params), _flat_rows(values), tuple(_flat_rows(x) for x in state)
+
+    def forward_sequence(self, obs: torch.Tensor, state: tuple, starts: torch.Tensor):
+        """A recurrent policy's pass over (T, B) steps of B = N * E rows (grouped by member) from
+        `state`: (T * B)-flattened outputs, step-major, as a solo policy's."""
+        steps = obs.shape[0]
+
+        def per_member(x: torch.Tensor) -> torch.Tensor:  # (T, N * E, ...) -> (N, T, E, ...)
+            return x.view(steps, self.size, -1, *x.shape[2:]).movedim(1, 0)
+
+        def step_major(x):  # (N, T * E, ...) -> (T * N * E, ...)
+            if isinstance(x, tuple):
+                return tuple(step_major(part) for part in x)
+            return x.view(self.size, steps, -1, *x.shape[2:]).movedim(0, 1).flatten(0, 2)
+
+        outputs = self.stack.call("forward_sequence", per_member(obs), tuple(self._by_member(x) for x in state),
+                                  per_member(starts))
+        return tuple(step_major(x) for x in outputs)
+
+    def _by_member(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
         if rows % self.size:
-            raise ValueError(f"{rows} observation rows do not split into {self.size} members' rows")
-        outputs = self.stack.forward(obs.view(self.size, rows // self.size, *obs.shape[1:]))
-        return tuple(_flat_rows(x) for x in outputs)
+            raise ValueError(f"{rows} rows do not split into {self.size} members' rows")
+        return x.view(self.size, rows // self.size, *x.shape[1:])
 
     def member(self, k: int) -> nn.Module:
         return self.stack.member(k, self.template)
@@ -291,15 +373,23 @@ class MemberStep:
         `coefficients` (each (N,)); `stepping` (N,) the members this minibatch is one of theirs
         (a member whose solo run has fewer minibatches, or has stopped its epochs on
         train.target_kl, is given padding and does not step). Returns each member's STATS (N, 7:
-        PPO's order, grad_norm the norm before clipping) and new ratios (N, B)."""
-        n, rows = mb.advantages.shape
-        outputs, new_values = self.stack.forward(mb.obs)
+        PPO's order, grad_norm the norm before clipping) and new ratios (N, B). A recurrent
+        policy's minibatch is each member's row sequences, (N, T, B, ...) with `mb.sequence` =
+        (h0, c0 (N, B, H), starts (N, T, B)): its T * B steps are the member's samples."""
+        n, rows = mb.advantages.shape[0], mb.advantages[0].numel()
+        if mb.sequence is None:
+            outputs, new_values = self.stack.forward(mb.obs)
+        else:
+            h0, c0, starts = mb.sequence
+            outputs, new_values = self.stack.call("forward_sequence", mb.obs, (h0, c0), starts)
         # log-probabilities row by row: the (N, B) samples as N * B rows and back
         outputs = float32_params(outputs)
         flat_outputs = (outputs.flatten(0, 1) if isinstance(outputs, torch.Tensor)
                         else tuple(x.flatten(0, 1) for x in outputs))
-        logprobs, entropy = self.algorithm.dist.log_prob_entropy(flat_outputs, mb.actions.flatten(0, 1))
-        losses, stats, ratio = self.algorithm.loss(logprobs.view(n, rows), entropy.view(n, rows), new_values.float(),
+        actions = mb.actions.flatten(0, 1 if mb.sequence is None else 2)
+        logprobs, entropy = self.algorithm.dist.log_prob_entropy(flat_outputs, actions)
+        losses, stats, ratio = self.algorithm.loss(logprobs.view(n, rows), entropy.view(n, rows),
+                                                   new_values.float().view(n, rows),
                                                    mb, per_sample(coefficients))
         # The sum's gradient for member k's row of `flat` is k's own loss's: no term of the sum
         # reads another member's parameters (one backward for all, not a mean over members).

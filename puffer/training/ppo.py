@@ -167,10 +167,10 @@ class PPO(Trainer):
         c = self.config
         old_logprobs, old_values, advantages, returns, weights, prio = (
             mb.logprobs, mb.values, mb.advantages, mb.returns, mb.weights, mb.prio)
-        if mb.sequence is not None:
+        if mb.sequence is not None:  # (..., T, B) row sequences: their T * B steps are the samples
             old_logprobs, old_values, advantages, returns, weights = (
-                x.reshape(-1) for x in (old_logprobs, old_values, advantages, returns, weights))
-            prio = None if prio is None else prio.reshape(-1)
+                x.flatten(-2) for x in (old_logprobs, old_values, advantages, returns, weights))
+            prio = None if prio is None else prio.flatten(-2)
         mean = _mean if weights is None else functools.partial(_weighted_mean, weights=weights)
         logratio = new_logprobs - old_logprobs
         ratio = logratio.exp()

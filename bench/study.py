@@ -3,7 +3,7 @@ machine, puffer's batch of members (one process) beside the same seeds as separa
 beside SB3 + rl-baselines3-zoo's settings; the final returns with intervals.
 
     python bench/study.py [--env classic/cartpole] [--seeds 16] [--jobs 2] [--solo all|none]
-                          [--reference sb3|none] [--out DIR] [puffer overrides ...]
+                          [--reference sb3|none] [--repeat R] [--out DIR] [puffer overrides ...]
 
 Rows, each timed from its processes' start to their end (training and the final evaluation):
 - `puffer members, vec=...`: the N seeds as one batch (puffer.batch.train_batch: what
@@ -14,7 +14,9 @@ Rows, each timed from its processes' start to their end (training and the final 
   (--solo none skips it).
 - `SB3 + zoo x N`: SB3 PPO with the zoo's settings (bench/learn_suite.py), --jobs at a time, one
   thread each (needs `pip install -e ".[bench]"`; --reference none skips it).
-Columns: wall seconds; that time in units of one puffer seed; the row's time over the faster
+Columns: wall seconds (with --repeat R, the members batches and the one seed run R times in turn, as
+this shared machine's speed drifts by a third over minutes: the median [min, max]); that time in
+units of one puffer seed (the medians'); the row's time over the faster
 members batch's (how much longer the study takes that way); agent steps per second (all seeds' steps
 over the wall time); the final return (10 held-out episodes of puffer's protocol per seed,
 deterministic), mean and Student's t 95% interval over seeds; seeds at the env's score; the
@@ -119,6 +121,9 @@ def main() -> None:
     parser.add_argument("--members-vec", nargs="+", default=["vec=serial", "vec=multiprocessing"],
                         help="the members batch once with each (its N x vec.num_envs envs step in this process, "
                              "or in worker processes on the other cores)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the members batches and the one seed this many times, in turn; their "
+                             "rows show the median wall time [min, max]")
     parser.add_argument("--out", default="outputs/study")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
@@ -127,9 +132,17 @@ def main() -> None:
     seeds = list(range(args.seeds))
     env_id = SUITE[args.env][0] if args.env in SUITE else args.env
     score = THRESHOLDS.get(env_id)
-    rows = {f"puffer members, {vec}": timed("members", args.env, [seeds], out / vec.replace("=", "-"),
-                                            [*args.overrides, vec], 1, None) for vec in args.members_vec}
-    rows["puffer one seed"] = timed("solo", args.env, [[0]], out / "one", args.overrides, 1, None)
+    # the members batches and the one seed in turn, --repeat times: the unit of the ratios is
+    # measured beside the batches it divides, through the machine's slow and fast minutes
+    repeated: dict[str, list] = {}
+    for _ in range(args.repeat):
+        for vec in args.members_vec:
+            repeated.setdefault(f"puffer members, {vec}", []).append(timed(
+                "members", args.env, [seeds], out / vec.replace("=", "-"), [*args.overrides, vec], 1, None))
+        repeated.setdefault("puffer one seed", []).append(
+            timed("solo", args.env, [[0]], out / "one", args.overrides, 1, None))
+    rows = {name: (float(np.median([wall for wall, _ in runs])), runs[0][1]) for name, runs in repeated.items()}
+    spread = {name: [wall for wall, _ in runs] for name, runs in repeated.items()}
     if args.solo == "all":
         rows[f"puffer solo x {args.seeds}, {args.jobs} at a time"] = timed(
             "solo", args.env, [[s] for s in seeds], out, args.overrides, args.jobs, 1)
@@ -144,7 +157,9 @@ def main() -> None:
     for name, (wall, returns) in rows.items():
         agent_steps = steps * len(returns)
         at_score = "-" if score is None else f"{sum(r >= score for r in returns)}/{len(returns)}"
-        table.append([name, f"{wall:.0f}", f"{wall / one:.2f}", f"{wall / batch:.2f}",
+        walls = spread.get(name, [wall])
+        shown = f"{wall:.0f}" if len(walls) == 1 else f"{wall:.0f} [{min(walls):.0f}, {max(walls):.0f}]"
+        table.append([name, shown, f"{wall / one:.2f}", f"{wall / batch:.2f}",
                       f"{agent_steps / wall:,.0f}",
                       f"{np.mean(returns):.1f} +- {t_interval(returns):.1f}", at_score,
                       welch(returns, rows[fastest][1])])

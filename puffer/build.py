@@ -48,13 +48,18 @@ def algorithm_class(target: str) -> type:
     return cls
 
 
-def make_env_creator(cfg: DictConfig, evaluation: bool = False):
+def make_env_creator(cfg: DictConfig, evaluation: bool = False, validated: bool = False):
     """The env group's `_target_` with its fields, as a picklable zero-argument creator. For
-    evaluation, the env's `eval_kwargs` (e.g. Atari: full games, true rewards) apply on top."""
+    evaluation, the env's `eval_kwargs` (e.g. Atari: full games, true rewards) apply on top.
+    `validated`: training in this process has checked the env's values against its spaces (its
+    first env.validate_steps steps in each env), so these envs do not check them again (a final
+    evaluation of 16 members' 8 envs each would otherwise check every one of its steps)."""
     node = OmegaConf.to_container(cfg.env, resolve=True)
     eval_kwargs = node.pop("eval_kwargs", None) or {}
     if evaluation:
         node.update(eval_kwargs)
+    if validated and "validate_steps" in node:
+        node["validate_steps"] = 0
     # not recursive: env.wrappers entries with a _target_ are built by the env maker, around the env
     return instantiate(node, _partial_=True, _convert_="all", _recursive_=False)
 

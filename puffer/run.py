@@ -209,7 +209,7 @@ def _run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None) -> d
         # The trained policy is saved before evaluating it: an evaluation that fails or never
         # ends must not cost the run (`mode=eval checkpoint=<run dir>` can evaluate it again).
         logger.log_checkpoint(save_model())  # W&B: an artifact with logger.log_checkpoints=final or all
-        metrics.update(final_evaluation(cfg.eval, cfg.seed, policy, make_env_creator(cfg, evaluation=True),
+        metrics.update(final_evaluation(cfg.eval, cfg.seed, policy, make_env_creator(cfg, evaluation=True, validated=True),
                                         device, run_dir, logger, game="module" in cfg.env))
         evaluation = {k: v for k, v in metrics.items() if k.startswith("eval/")}
         if evaluation:  # with the time to score beside it (always in the returned metrics)

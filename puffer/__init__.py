@@ -51,15 +51,20 @@ def _check_command(overrides) -> None:
         raise ConfigError(problem)
 
 
-def train_batch(*overrides: str, seeds, run_dir=None) -> list[dict]:
+def train_batch(*overrides: str, seeds, settings=None, run_dir=None) -> list[dict]:
     """`train` for several seeds as the members of one batch, in this process (puffer.batch):
     member k in <run_dir>/seed_<seeds[k]> as its solo run, the batch's checkpoints in
-    <run_dir>/batch; each member's final metrics, in the order of `seeds`. The CLI's checks
-    come first, as for `train`."""
+    <run_dir>/batch; each member's final metrics, in the order of `seeds`. `settings`: lists of
+    overrides of the train settings members may differ in (learning_rate, ent_coef, ...), each
+    trained with every seed (in <run_dir>/setting_<i>/seed_<s>). The CLI's checks come first,
+    as for `train`."""
     from puffer.batch import train_batch as _train_batch
 
-    _check_command(overrides)
-    return _train_batch(*overrides, seeds=list(seeds), run_dir=run_dir)
+    settings = None if settings is None else [[setting] if isinstance(setting, str) else list(setting)
+                                              for setting in settings]
+    for command in [list(overrides)] + [[*overrides, *setting] for setting in settings or []]:
+        _check_command(command)
+    return _train_batch(*overrides, seeds=list(seeds), settings=settings, run_dir=run_dir)
 
 
 def load(path, device: str = "cpu", trust_code: bool = False):

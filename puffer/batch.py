@@ -269,10 +269,13 @@ def finish_member(trainer: BatchedPPO, k: int, cfg: DictConfig, run_dir: Path, l
     return metrics
 
 
-def train_batch(*overrides: str, seeds: list[int], run_dir: str | Path | None = None) -> list[dict[str, float]]:
-    """`puffer.train` for several seeds as one batch: the config of `overrides` with each seed,
-    member k in <run_dir>/seed_<s>, the batch's checkpoints in <run_dir>/batch. Each member's
-    final metrics, in the order of `seeds`."""
+def train_batch(*overrides: str, seeds: list[int], settings: list[list[str]] | None = None,
+                run_dir: str | Path | None = None) -> list[dict[str, float]]:
+    """`puffer.train` for several seeds (and settings) as one batch: the config of `overrides`
+    with each seed, member k in <run_dir>/seed_<s>, the batch's checkpoints in <run_dir>/batch.
+    `settings`: lists of overrides of the keys members may differ in (MEMBER_CONFIG_KEYS), each
+    trained with every seed, as a multirun's grid: setting i's seed s in <run_dir>/setting_<i>/seed_<s>.
+    Each member's final metrics, in that order (setting by setting, seed by seed)."""
     from hydra import compose, initialize_config_dir
 
     from puffer.config import CONF_DIR
@@ -280,12 +283,16 @@ def train_batch(*overrides: str, seeds: list[int], run_dir: str | Path | None = 
     if len(set(seeds)) < len(seeds):
         raise ConfigError(f"seeds={seeds}: each member's directory is named by its seed; expected seeds of their own")
     run_dir = Path(run_dir or Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))
+    grid = [[]] if settings is None else [list(setting) for setting in settings]
+    cfgs, dirs, commands = [], [], []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        composed = compose(config_name="config", overrides=[*overrides, f"seed={seeds[0]}"])
-    cfgs = []  # one composition (~0.2 s each) for all: the members differ in their seed alone
-    for seed in seeds:
-        cfg = copy.deepcopy(composed)
-        cfg.seed = int(seed)
-        cfgs.append(cfg)
-    return run_batch(cfgs, [run_dir / f"seed_{seed}" for seed in seeds], run_dir / "batch",
-                     [[*overrides, f"seed={seed}"] for seed in seeds])
+        for i, setting in enumerate(grid):
+            # one composition a setting (~0.2 s each): its members differ in their seed alone
+            composed = compose(config_name="config", overrides=[*overrides, *setting, f"seed={seeds[0]}"])
+            for seed in seeds:
+                cfg = copy.deepcopy(composed)
+                cfg.seed = int(seed)
+                cfgs.append(cfg)
+                dirs.append(run_dir / f"seed_{seed}" if settings is None else run_dir / f"setting_{i}" / f"seed_{seed}")
+                commands.append([*overrides, *setting, f"seed={seed}"])
+    return run_batch(cfgs, dirs, run_dir / "batch", commands)

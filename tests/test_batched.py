@@ -290,3 +290,21 @@ def test_members_learn_the_same_on_every_vector_backend(tmp_path):
     for vec in ("multiprocessing", "ray"):
         for mine, serial in zip(weights[vec], weights["serial"], strict=True):
             assert all(torch.equal(mine[name], serial[name]) for name in serial), vec
+
+
+def test_train_batch_trains_every_setting_with_every_seed(tmp_path):
+    """puffer.train_batch(settings=...): each setting with each seed, one member each, in
+    setting_<i>/seed_<s> with its own config; a setting of a shape key is refused naming it."""
+    results = puffer.train_batch("env=classic/cartpole", *SMALL, "train.total_timesteps=128", "eval.episodes=1",
+                                 seeds=[0, 1], settings=["train.learning_rate=0.001", ["train.learning_rate=0.01",
+                                                                                      "train.ent_coef=0.02"]],
+                                 run_dir=tmp_path)
+    assert len(results) == 4
+    for i, (rate, ent) in enumerate(((0.001, 0.0), (0.01, 0.02))):
+        for seed in (0, 1):
+            saved = OmegaConf.load(tmp_path / f"setting_{i}" / f"seed_{seed}" / "config.yaml")
+            assert (saved.seed, saved.train.learning_rate, saved.train.ent_coef) == (seed, rate, ent)
+            assert puffer.load(tmp_path / f"setting_{i}" / f"seed_{seed}").policy is not None
+    with pytest.raises(ConfigError, match="train.num_steps"):
+        puffer.train_batch("env=classic/cartpole", *SMALL, seeds=[0], settings=["train.num_steps=64", "train.num_steps=16"],
+                           run_dir=tmp_path / "refused")

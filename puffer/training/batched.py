@@ -9,7 +9,8 @@ minibatch steps one backward and one optimizer step (puffer.training.members.Mem
 What each member keeps of its own, as its solo run with its seed has it: its first weights, its
 envs' seeds (puffer.vector.base.member_creators), its action-sampling stream (`MemberNoise`,
 the global generator's state after its solo run built its policy), its minibatch shuffling
-stream, advantage normalisation and every mean of the loss, gradient-norm clipping, Adam, the
+stream (samples, or an LSTM's row sequences, drawn as its solo run draws them), its recurrent
+state, advantage normalisation and every mean of the loss, gradient-norm clipping, Adam, the
 learning-rate and clip schedules, early stopping on train.target_kl, its episode statistics, its
 settings among `MEMBER_KEYS`. A member whose loss or gradient goes non-finite is stopped alone,
 its weights put back to the last completed epoch's.

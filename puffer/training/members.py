@@ -7,10 +7,10 @@ once: one forward, one backward and one optimizer step serve the N agents.
 
 Each member learns as its solo run would, with nothing shared but the kernels:
 - the policy's forward is mapped over the member axis (torch.func.vmap of functional_call: any
-  policy module; an LSTM's cell as its formula in plain ops, which vmap can map), and the loss is PPO's own (`PPO.loss`), whose means and advantage
-  normalisation run over the sample axis: each member's own; no reduction crosses members but
-  the sum of their losses that one backward differentiates (member k's part of its gradient is
-  k's loss's alone);
+  policy module; an LSTM's cell as its formula in plain ops, which vmap can map), and the loss
+  is PPO's own (`PPO.loss`), whose means and advantage normalisation run over the sample axis:
+  each member's own; no reduction crosses members but the sum of their losses that one backward
+  differentiates (member k's part of its gradient is k's loss's alone);
 - the float settings that do not change shapes (`Coefficients`, the learning rate,
   `max_grad_norm`, Adam's eps) are per member: members of one batch may differ in them;
 - gradient-norm clipping (`clip_per_member`) and Adam (`MemberAdam`) are per member, with the

@@ -155,10 +155,10 @@ def test_train_batch_leaves_each_member_a_solo_run_directory(tmp_path):
 
 
 def test_members_launcher_groups_jobs_and_writes_their_directories(tmp_path):
-    """`-m hydra/launcher=members seed=0,1 policy.hidden_size=8,16`: two batches (the widths
-    differ in shape), four job directories as the basic launcher's, and the report reads them."""
+    """`-m hydra/launcher=members seed=0,1 policy.rnn=null,lstm`: two batches (feed-forward and
+    LSTM differ in shape), four job directories as the basic launcher's, and the report reads them."""
     sweep = tmp_path / "multirun"
-    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "seed=0,1", "policy.hidden_size=8,16",
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "seed=0,1", "policy.rnn=null,lstm",
             *SMALL[:4], "train.total_timesteps=128", "eval.episodes=1", f"hydra.sweep.dir={sweep}"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -177,8 +177,8 @@ def test_members_launcher_groups_jobs_and_writes_their_directories(tmp_path):
                            timeout=300)
     assert table.returncode == 0, table.stderr
     text = (sweep / "report.md").read_text()
-    assert "policy.hidden_size=8" in text and "policy.hidden_size=16" in text
-    assert text.count("| 2 |") >= 2  # two seeds of each width
+    assert "policy.rnn=null" in text and "policy.rnn=lstm" in text
+    assert text.count("| 2 |") >= 2  # two seeds of each policy
 
 
 @pytest.mark.parametrize("policy", [[], ["policy.rnn=lstm"]])

@@ -70,17 +70,17 @@ def study(args) -> None:
 
     import numpy as np
     from learn_suite import SUITE
-    from study import timed
+    from study import timed as timed_jobs
     from time_to_score import THRESHOLDS, budget
 
     from puffer.report.stats import t_interval
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
-    one = [timed("solo", args.env, [[0]], out / "one-before", args.overrides, 1, None)[0]]
-    runs = [(n, *timed("members", args.env, [list(range(n))], out / f"members-{n}", [*args.overrides, args.vec], 1, None))
+    one = [timed_jobs("solo", args.env, [[0]], out / "one-before", args.overrides, 1, None)[0]]
+    runs = [(n, *timed_jobs("members", args.env, [list(range(n))], out / f"members-{n}", [*args.overrides, args.vec], 1, None))
             for n in args.members]
-    one.append(timed("solo", args.env, [[0]], out / "one-after", args.overrides, 1, None)[0])
+    one.append(timed_jobs("solo", args.env, [[0]], out / "one-after", args.overrides, 1, None)[0])
     unit = float(np.mean(one))
     env_id = SUITE[args.env][0] if args.env in SUITE else args.env
     score, steps = THRESHOLDS.get(env_id), budget(args.env, args.overrides)

@@ -215,7 +215,7 @@ class BatchedPPO(PPO):
         counts = torch.zeros(n, dtype=torch.float64, device=self.device)
         was_active = self.member_step.active.clone()
         drawing = was_active.tolist()  # a stopped member draws no minibatches
-        epoch_minibatches = self.sequence_minibatches if self.policy.is_recurrent else self.sample_minibatches
+        epoch_minibatches = (self.sequence_epochs if self.policy.is_recurrent else self.sample_epochs)()
         for _ in range(c.update_epochs):
             if not any(drawing):
                 break
@@ -232,44 +232,54 @@ class BatchedPPO(PPO):
         self.stop_diverged(was_active)
         return self.update_metrics(sums, counts, valid, values, advantages, clip)
 
-    def sample_minibatches(self, drawing: list[bool]):
-        """One epoch's minibatches of samples of every member (`member_minibatches`), with the
-        members that step on each (N,)."""
+    def sample_epochs(self):
+        """A function that yields one epoch's minibatches of samples of every member
+        (`member_minibatches`) with the members that step on each (N,), given the members still
+        drawing; the rollout read into member-major tensors once, for every epoch."""
         r, n = self.rollout, self.agents
-        obs, actions, logprobs, values, advantages = (by_member(x, n) for x in (
-            r.obs, r.actions, r.logprobs, r.values, self.advantages))
+        obs, actions, logprobs, values, advantages, valid = (by_member(x, n) for x in (
+            r.obs, r.actions, r.logprobs, r.values, self.advantages, r.valid))
         returns = advantages + values
         members = torch.arange(n, device=self.device)[:, None]
-        positions, weights, stepping = member_minibatches(by_member(r.valid, n), self.config.num_minibatches,
-                                                          self.shuffles, drawing)
-        for j in range(positions.shape[0]):
-            where = positions[j]
-            yield Minibatch(obs[members, where], actions[members, where], logprobs[members, where],
-                            values[members, where], advantages[members, where], returns[members, where],
-                            where=where, weights=weights[j], padded=True), stepping[j]
 
-    def sequence_minibatches(self, drawing: list[bool]):
-        """One epoch's row sequences of every member (a recurrent policy), each as its solo run
-        draws them (puffer.training.minibatches.sequences: its E rows shuffled by its generator,
-        cut in pieces of ceil(E / num_minibatches)); tensors (N, T, B, ...), the state at t=0
-        (N, B, H). Every member has E rows, so the pieces need no padding; a member not
-        `drawing` (stopped on train.target_kl) draws nothing and steps in none."""
+        def epoch(drawing: list[bool]):
+            positions, weights, stepping = member_minibatches(valid, self.config.num_minibatches, self.shuffles,
+                                                              drawing)
+            for j in range(positions.shape[0]):
+                where = positions[j]
+                yield Minibatch(obs[members, where], actions[members, where], logprobs[members, where],
+                                values[members, where], advantages[members, where], returns[members, where],
+                                where=where, weights=weights[j], padded=True), stepping[j]
+
+        return epoch
+
+    def sequence_epochs(self):
+        """A function that yields one epoch's row sequences of every member (a recurrent policy),
+        each as its solo run draws them (puffer.training.minibatches.sequences: its E rows
+        shuffled by its generator, cut in pieces of ceil(E / num_minibatches)); tensors
+        (N, T, B, ...), the state at t=0 (N, B, H). Every member has E rows, so the pieces need
+        no padding; a member not drawing (stopped on train.target_kl) draws nothing and steps in none."""
         r, n, rows_each = self.rollout, self.agents, self.rows_per_member
         size = max(1, math.ceil(rows_each / self.config.num_minibatches))
-        order = torch.stack([torch.randperm(rows_each, generator=generator) if draw else torch.arange(rows_each)
-                             for generator, draw in zip(self.shuffles, drawing, strict=True)]).to(self.device)
-        stepping = torch.tensor(drawing, device=self.device)
         members = torch.arange(n, device=self.device)[:, None]
         returns = self.advantages + r.values
         steps = torch.arange(r.num_steps, device=self.device)[:, None, None] * r.num_rows
-        for start in range(0, rows_each, size):
-            rows = members * rows_each + order[:, start:start + size]  # (N, B): each member's own rows
-            h0, c0 = (x[rows] for x in r.state0)
-            obs, actions, logprobs, values, advantages, returns_, valid, starts = (
-                x[:, rows].movedim(0, 1) for x in (r.obs, r.actions, r.logprobs, r.values, self.advantages, returns,
-                                                    r.valid, r.starts))
-            yield Minibatch(obs, actions, logprobs, values, advantages, returns_, where=(steps + rows).movedim(0, 1),
-                            weights=valid.float(), sequence=(h0, c0, starts)), stepping
+
+        def epoch(drawing: list[bool]):
+            order = torch.stack([torch.randperm(rows_each, generator=generator) if draw else torch.arange(rows_each)
+                                 for generator, draw in zip(self.shuffles, drawing, strict=True)]).to(self.device)
+            stepping = torch.tensor(drawing, device=self.device)
+            for start in range(0, rows_each, size):
+                rows = members * rows_each + order[:, start:start + size]  # (N, B): each member's own rows
+                h0, c0 = (x[rows] for x in r.state0)
+                obs, actions, logprobs, values, advantages, returns_, valid, starts = (
+                    x[:, rows].movedim(0, 1) for x in (r.obs, r.actions, r.logprobs, r.values, self.advantages,
+                                                        returns, r.valid, r.starts))
+                yield Minibatch(obs, actions, logprobs, values, advantages, returns_,
+                                where=(steps + rows).movedim(0, 1), weights=valid.float(),
+                                sequence=(h0, c0, starts)), stepping
+
+        return epoch
 
     def stop_diverged(self, was_active: torch.Tensor) -> None:
         """Members whose loss or gradient went non-finite in this update: their weights and Adam

@@ -175,6 +175,19 @@ def test_bf16_autocast_trains_with_finite_float32_losses():
     assert trainer.rollout.values.dtype == torch.float32 and trainer.rollout.logprobs.dtype == torch.float32
 
 
+def test_compiled_forward_collects_what_the_eager_policy_does():
+    # runtime.compile once failed on its first step: the collector asked the compiled module for
+    # its truth value, which torch.compile's wrapper answers with len() (TypeError).
+    eager = make_trainer(num_steps=32)
+    eager.collect()  # (before the next trainer seeds the global generator that sampling draws from)
+    compiled = make_trainer(num_steps=32, runtime=RuntimeConfig(compile=True))
+    assert compiled.forward is not compiled.policy
+    compiled.collect()
+    assert torch.equal(compiled.rollout.actions, eager.rollout.actions)
+    assert torch.equal(compiled.rollout.obs, eager.rollout.obs)
+    assert torch.allclose(compiled.rollout.values, eager.rollout.values, rtol=1e-5, atol=1e-6)
+
+
 def test_anneal_clip_narrows_the_trust_region_linearly_to_zero():
     class Recorder(Logger):
         def __init__(self):

@@ -199,6 +199,8 @@ class RuntimeConfig:
     # Torch threads while collecting; 0: the thread policy picks (one unless the forward pass
     # is large, never more than the CPUs that env worker processes leave free).
     rollout_threads: int = 0
+    # torch.compile the policy's forward pass (collecting and learning; a feed-forward policy's):
+    # the first steps pay for compiling it (10-25 s on these CPUs, a few with a warm inductor cache).
     compile: bool = False
     # Keep freed host memory in the process for reuse (glibc malloc) instead of faulting it in
     # again each minibatch: ~10% of a CPU Atari update (see puffer.runtime.allocator).

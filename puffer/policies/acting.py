@@ -35,7 +35,7 @@ class Acting:
     numbers (torch's global generator, or each member's own in a batch)."""
 
     def __init__(self, policy: torch.nn.Module, action_space, forward=None, noise: Noise = GLOBAL_NOISE):
-        self.policy, self.forward, self.noise = policy, forward or policy, noise
+        self.policy, self.forward, self.noise = policy, policy if forward is None else forward, noise
         self.dist = policy_action_dist(policy, action_space)
         self.recurrent = is_recurrent(policy)
 

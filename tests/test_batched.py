@@ -278,6 +278,20 @@ def test_jobs_that_cannot_be_a_batch_run_one_after_another(tmp_path):
     assert all((sweep / str(job) / "model.safetensors").is_file() for job in (0, 1))
 
 
+def test_a_job_alone_in_its_group_runs_as_a_solo_job(tmp_path):
+    """A group of one job (here the sweep's only one) gains nothing from the stacked learner: it
+    runs as the basic launcher runs it, with a solo job's files and no batch."""
+    sweep = tmp_path / "multirun"
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "seed=3", *SMALL,
+            "train.total_timesteps=128", "eval.episodes=1", f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "job 0 runs as a solo job" in result.stdout + result.stderr
+    assert not (sweep / "batches").exists()
+    assert (sweep / "0" / "model.safetensors").is_file()
+    assert read_metrics(sweep / "0" / "metrics.jsonl")[-1]["eval/episodes"] == 1
+
+
 def test_members_learn_the_same_on_every_vector_backend(tmp_path):
     """The members' envs as one vector env on Serial, Multiprocessing or Ray: the same members'
     weights at the end, bit for bit (each env seeded as its member's solo run's)."""

@@ -85,7 +85,7 @@ def run_group(launcher, jobs: list[Job]) -> None:
     members = [member for job in jobs for member in job.members]
     if len(members) == 1:
         # a batch of one member trains as its solo run would, only slower (the stacked learner's
-        # extra ops: 1.2x a solo CartPole run)
+        # extra ops: 1.1-1.2x a solo CartPole run in bench/members.py --study)
         log.info("job %d runs as a solo job: no other job shares its batch", jobs[0].number)
         run_one_by_one(launcher, jobs)
         return

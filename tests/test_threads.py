@@ -22,6 +22,7 @@ from puffer.loggers.base import read_metrics
 from puffer.monitor.machine import MachineUsage
 from puffer.monitor.profiler import verdict
 from puffer.policies.networks import Default, NatureCNN
+from puffer.policies.wrappers import LSTMWrapper
 from puffer.runtime import threads
 from puffer.runtime.threads import ThreadPlan
 from puffer.training.ppo import PPO
@@ -83,6 +84,33 @@ def test_the_flop_count_is_torchs_for_a_linear_layer():
     outside = threads.forward_flops(gaussian, CARTPOLE_OBS, rows=10)
     with torch.inference_mode():
         assert threads.forward_flops(gaussian, CARTPOLE_OBS, rows=10) == outside > 0
+
+
+def test_the_flop_count_is_torchs_flop_counters():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def torchs(policy, space):
+        counter = FlopCounterMode(display=False)
+        with counter:
+            policy(torch.zeros((1, *space.shape), dtype=torch.float32 if space.dtype == "float32" else torch.uint8))
+        return counter.get_total_flops()
+
+    cases = [(Default(CARTPOLE_OBS, spaces.Discrete(2)), CARTPOLE_OBS),
+             (Default(CARTPOLE_OBS, spaces.Box(-2, 2, (1,), "float32")), CARTPOLE_OBS),
+             (NatureCNN(ATARI_OBS, spaces.Discrete(4)), ATARI_OBS),
+             (LSTMWrapper(Default(CARTPOLE_OBS, spaces.Discrete(2))), CARTPOLE_OBS)]
+    for policy, space in cases:
+        assert threads.forward_flops(policy, space, rows=3) == 3 * torchs(policy, space) > 0
+
+
+def test_counting_flops_leaves_torchs_compiler_unloaded():
+    # torch's FlopCounterMode imports torch._dynamo on its first op: 1 s of a batch's start-up.
+    code = ("import sys, torch; from gymnasium import spaces; from puffer.runtime import threads; "
+            "layer = torch.nn.Linear(4, 3); "
+            "assert threads.forward_flops(layer, spaces.Box(-1, 1, (4,)), rows=1) == 24; "
+            "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(("backend", "rollout_threads", "expected"),

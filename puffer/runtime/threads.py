@@ -2,7 +2,7 @@
 
 What lives here: the CPUs this process may use (affinity, cgroup quota), its share of them (jobs a
 Hydra launcher runs side by side, an explicit `OMP_NUM_THREADS` such as torchrun's), the work of
-one learning step (FLOPs, counted by torch), and `plan()`, which turns these into a `ThreadPlan`:
+one learning step (FLOPs, by torch's formulas), and `plan()`, which turns these into a `ThreadPlan`:
 torch intra-op threads while learning and while collecting. What does not: applying the plan
 (puffer.training.ppo switches threads between its phases) or the OpenMP wait policy (puffer/__init__.py,
 which must run before torch loads OpenMP).
@@ -130,22 +130,50 @@ def cpu_share() -> tuple[int, int, str]:
 
 
 def forward_flops(policy, observation_space, rows: int) -> int:
-    """FLOPs of one forward pass of `policy` over `rows` observations (counted by torch on a
-    single zero observation, times rows)."""
+    """FLOPs of one forward pass of `policy` over `rows` observations (counted with torch's
+    FLOP formulas on a single zero observation, times rows)."""
     import numpy as np
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     device = next(iter(policy.parameters()), torch.empty(0)).device
-    counter = FlopCounterMode(display=False)
-    # With autograd on: the counter's module tracker hooks the outputs' gradients, and fails on a
-    # view of a parameter made without (a Gaussian head's expanded log_std), also when the
-    # caller is in inference mode (evaluation).
-    with torch.inference_mode(False), torch.enable_grad():
+    counter = _flop_counter()
+    with torch.no_grad():
         obs = torch.from_numpy(np.zeros((1, *observation_space.shape), observation_space.dtype))
         with counter:
             policy(obs.to(device))
-    return int(counter.get_total_flops()) * rows
+    return int(counter.flops) * rows
+
+
+def _flop_counter():
+    """A dispatch mode that adds up torch's FLOP formulas (torch.utils.flop_counter's registry)
+    over the ops run inside it. Not torch's FlopCounterMode: any dispatch mode of torch's default
+    kind imports torch._dynamo on its first op (1 s of every run's start-up, for a count of a few
+    microseconds), and its module tracker hooks gradients that a count does not need."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class FlopCount(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:  # (nothing here is compiled)
+            return False
+
+        def __init__(self):
+            super().__init__()
+            self.flops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func._overloadpacket not in flop_registry:  # an op without a formula, in ops with one
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+            out = func(*args, **kwargs)
+            if func._overloadpacket in flop_registry:
+                self.flops += flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
+            return out
+
+    return FlopCount()
 
 
 def learn_step_flops(policy, observation_space, rows: int) -> int:

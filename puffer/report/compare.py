@@ -14,7 +14,6 @@ from dataclasses import astuple, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from puffer.report import stats
 from puffer.report.tables import (
@@ -64,6 +63,9 @@ def compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None,
     """Env by env, B's mean evaluation return against A's; a difference is flagged when Welch's
     t interval of it excludes 0. Envs in only one of them are listed apart. `wandb`: the table and
     the plots go to W&B too, as a run of job_type comparison in B's project and group."""
+    # (0.6 s to import: here, not in every run that imports puffer.report)
+    from scipy import stats as scipy_stats
+
     jobs_a, jobs_b = load_jobs(Path(a_dir)), load_jobs(Path(b_dir))
     a, b = _keyed(jobs_a), _keyed(jobs_b)
     differences = []

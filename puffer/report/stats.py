@@ -16,7 +16,10 @@ import math
 from collections.abc import Callable, Mapping
 
 import numpy as np
-from scipy import stats
+from scipy import special
+
+# (scipy.stats is imported where it is used: 0.6 s, which every run's final evaluation would pay
+# for its t interval alone)
 
 
 def t_interval(values, confidence: float = 0.95) -> float:
@@ -27,7 +30,7 @@ def t_interval(values, confidence: float = 0.95) -> float:
     n = len(values)
     if n < 2:
         return math.nan
-    return float(stats.t.ppf((1 + confidence) / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
+    return float(special.stdtrit(n - 1, (1 + confidence) / 2) * values.std(ddof=1) / math.sqrt(n))
 
 
 def normalized_score(score, random: float, reference: float):
@@ -38,6 +41,8 @@ def normalized_score(score, random: float, reference: float):
 def iqm(values, axis: int | None = None):
     """Interquartile mean: the mean of the middle 50% of the values, 25% trimmed from each end
     (robust to outlier runs, less noisy than the median); along `axis` for a batch of samples."""
+    from scipy import stats
+
     values = np.asarray(values, dtype=np.float64)
     if axis is None:
         return float(stats.trim_mean(values.ravel(), 0.25))

@@ -25,6 +25,7 @@ from puffer.errors import ConfigError
 from puffer.evaluation.protocol import evaluate, evaluate_members
 from puffer.files import checkpoint
 from puffer.loggers.base import read_metrics
+from puffer.training.batched import _masked_minibatches, member_minibatches
 from puffer.training.ppo import PPO
 from puffer.training.trainer import seed_everything
 
@@ -322,3 +323,22 @@ def test_train_batch_trains_every_setting_with_every_seed(tmp_path):
     with pytest.raises(ConfigError, match="train.num_steps"):
         puffer.train_batch("env=classic/cartpole", *SMALL, seeds=[0], settings=["train.num_steps=64", "train.num_steps=16"],
                            run_dir=tmp_path / "refused")
+
+
+@pytest.mark.parametrize(("members", "samples", "num_minibatches"), [(16, 512, 4), (3, 10, 3), (4, 7, 4), (2, 5, 8)])
+def test_members_without_masked_samples_draw_the_minibatches_of_the_general_path(members, samples, num_minibatches):
+    # All samples valid (single-agent envs) takes one permutation per member and no loop over
+    # pieces; it must draw what the per-member path draws, stopped members (target_kl) included.
+    def generators():
+        return [torch.Generator().manual_seed(100 + k) for k in range(members)]
+
+    valid = torch.ones(members, samples, dtype=torch.bool)
+    for drawing in ([True] * members, [k % 2 == 0 for k in range(members)], [False] * members):
+        fast = member_minibatches(valid, num_minibatches, generators(), drawing)
+        general = _masked_minibatches(valid, num_minibatches, generators(), drawing)
+        for got, expected in zip(fast, general, strict=True):
+            assert got.dtype == expected.dtype and torch.equal(got, expected)
+    # member k's pieces are its solo run's: its permutation, cut in order
+    positions, _, _ = member_minibatches(valid, num_minibatches, generators(), [True] * members)
+    order = torch.randperm(samples, generator=generators()[members - 1])
+    assert torch.equal(positions[:, members - 1].flatten()[:samples], order)

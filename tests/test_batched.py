@@ -266,6 +266,33 @@ def test_members_are_evaluated_together_as_each_alone(make_cfg, policy):
         vecenv.close()
 
 
+def test_a_members_evaluation_steps_no_env_past_its_episodes(make_cfg):
+    """An eval env that has played its quota stands still (5 episodes on 2 envs: the second env
+    would otherwise play on while the first plays its third): the envs take exactly the steps of
+    the episodes counted."""
+    import gymnasium as gym
+
+    from puffer.emulation import GymnasiumPufferEnv
+
+    steps = []
+
+    class Counted(gym.Wrapper):
+        def step(self, action):
+            steps.append(1)
+            return self.env.step(action)
+
+    cfgs = [make_cfg("env=classic/cartpole", *SMALL, f"seed={seed}") for seed in (0, 7)]
+    vecenv = make_member_vecenv(cfgs)
+    try:
+        trainer = build_trainer(cfgs, vecenv, "cpu")
+        results = evaluate_members(trainer.policy, lambda: GymnasiumPufferEnv(env=Counted(gym.make("CartPole-v1"))),
+                                   5, [0, 7], num_envs=2)
+    finally:
+        vecenv.close()
+    assert [r["episodes"] for r in results] == [5, 5]
+    assert len(steps) == round(sum(r["length_mean"] * r["episodes"] for r in results))
+
+
 def test_jobs_that_cannot_be_a_batch_run_one_after_another(tmp_path):
     """V-trace is not batched (it recomputes advantages between epochs): its jobs run as the
     basic launcher's would, the reason in the log, each with its files."""

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import torch
 
+from puffer.emulation.wrappers import PufferEnv
 from puffer.policies.acting import Acting, episode_starts
 from puffer.report.stats import t_interval
 from puffer.runtime import threads
@@ -86,17 +87,63 @@ def evaluate_members(policy: torch.nn.Module, env_creator, episodes: int, seeds:
     from puffer.vector.base import member_creators
 
     n, per_member = len(seeds), max(1, min(num_envs, episodes))
-    creators = member_creators(env_creator, [seed + EVAL_SEED_OFFSET for seed in seeds], per_member)
+    quotas = np.tile(episode_quotas(episodes, per_member), n)
+    creators = [QuotaPlayer(creator, quota) for creator, quota in zip(
+        member_creators(env_creator, [seed + EVAL_SEED_OFFSET for seed in seeds], per_member), quotas, strict=True)]
     # (the threads for one member's policy over every member's rows: the same work)
     with Serial(creators, num_envs=n * per_member, seed=0) as vec, threads.using(
             threads.inference_threads(policy.template, vec.single_observation_space, vec.num_rows)):
-        quotas = np.tile(episode_quotas(episodes, per_member), n)
         played = play(Acting(policy, vec.single_action_space), vec, quotas, 1, device, deterministic,
                       max_episode_steps, None)
     returns, slots, lengths, cut = played
     member = np.asarray(slots, dtype=np.int64) // per_member
     return [summary(np.asarray(returns)[member == k], np.asarray(lengths)[member == k],
                     cut[k * per_member:(k + 1) * per_member], episodes, max_episode_steps) for k in range(n)]
+
+
+class QuotaPlayer:
+    """A creator of an evaluation env that, where the env is one episode slot (one row), stands
+    still once it has ended `quota` episodes: `play` reads nothing of it after them, and 10
+    episodes on 8 envs would otherwise step every env for the longest slot's two episodes (a
+    third of a members evaluation's env steps). Picklable, as the creators it wraps."""
+
+    def __init__(self, creator, quota: int):
+        self.creator, self.quota = creator, quota
+
+    def __call__(self, *args, **kwargs) -> PufferEnv:
+        env = self.creator(*args, **kwargs)
+        return _Quota(env, self.quota) if env.num_agents == 1 else env
+
+
+class _Quota(PufferEnv):
+    """`env` until it has ended `quota` episodes; then each step leaves its row as it was and
+    reports nothing."""
+
+    def __init__(self, env: PufferEnv, quota: int):
+        self.env, self.quota, self.ended = env, quota, 0
+        self.single_observation_space, self.single_action_space = env.single_observation_space, env.single_action_space
+        self.name, self.seed_shift = env.name, env.seed_shift
+        super().set_buffers(env.buffers)
+
+    def set_buffers(self, buffers) -> None:
+        self.env.set_buffers(buffers)
+        super().set_buffers(self.env.buffers)
+
+    def reset(self, seed: int | None = None):
+        return self.env.reset(seed)
+
+    def step(self, actions):
+        if self.ended >= self.quota:
+            return self.outputs([])
+        *outputs, infos = self.env.step(actions)
+        self.ended += sum("episode_return" in info for info in infos)
+        return (*outputs, infos)
+
+    def render(self):
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
 
 
 def play(acting: Acting, vec, quotas: np.ndarray, rows: int, device, deterministic: bool, max_episode_steps: int,

@@ -14,8 +14,8 @@ Rows, each timed from its processes' start to their end (training and the final 
   (--solo none skips it).
 - `SB3 + zoo x N`: SB3 PPO with the zoo's settings (bench/learn_suite.py), --jobs at a time, one
   thread each (needs `pip install -e ".[bench]"`; --reference none skips it).
-Columns: wall seconds (with --repeat R, the members batches and the one seed run R times in turn, as
-this shared machine's speed drifts by a third over minutes: the median [min, max]); that time in
+Columns: wall seconds (with --repeat R, every row runs R times in turn, as this shared machine's
+speed drifts by a third over minutes: the median [min, max]); that time in
 units of one puffer seed (the medians'); the row's time over the faster
 members batch's (how much longer the study takes that way); agent steps per second (all seeds' steps
 over the wall time); the final return (10 held-out episodes of puffer's protocol per seed,
@@ -122,8 +122,8 @@ def main() -> None:
                         help="the members batch once with each (its N x vec.num_envs envs step in this process, "
                              "or in worker processes on the other cores)")
     parser.add_argument("--repeat", type=int, default=1,
-                        help="run the members batches and the one seed this many times, in turn; their "
-                             "rows show the median wall time [min, max]")
+                        help="run every row this many times, in turn; the rows show the median wall "
+                             "time [min, max]")
     parser.add_argument("--out", default="outputs/study")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
@@ -132,8 +132,9 @@ def main() -> None:
     seeds = list(range(args.seeds))
     env_id = SUITE[args.env][0] if args.env in SUITE else args.env
     score = THRESHOLDS.get(env_id)
-    # the members batches and the one seed in turn, --repeat times: the unit of the ratios is
-    # measured beside the batches it divides, through the machine's slow and fast minutes
+    # every row in turn, --repeat times: each ratio's two sides are measured through the same
+    # slow and fast minutes of this shared machine (the SB3 row alone took 214 s and 288 s on two
+    # runs of one day, the members' batch 46 s and 49 s)
     repeated: dict[str, list] = {}
     for _ in range(args.repeat):
         for vec in args.members_vec:
@@ -141,14 +142,14 @@ def main() -> None:
                 "members", args.env, [seeds], out / vec.replace("=", "-"), [*args.overrides, vec], 1, None))
         repeated.setdefault("puffer one seed", []).append(
             timed("solo", args.env, [[0]], out / "one", args.overrides, 1, None))
+        if args.solo == "all":
+            repeated.setdefault(f"puffer solo x {args.seeds}, {args.jobs} at a time", []).append(timed(
+                "solo", args.env, [[s] for s in seeds], out, args.overrides, args.jobs, 1))
+        if args.reference == "sb3":
+            repeated.setdefault(f"SB3 + zoo x {args.seeds}, {args.jobs} at a time", []).append(timed(
+                "sb3", args.env, [[s] for s in seeds], out, [], args.jobs, 1))
     rows = {name: (float(np.median([wall for wall, _ in runs])), runs[0][1]) for name, runs in repeated.items()}
     spread = {name: [wall for wall, _ in runs] for name, runs in repeated.items()}
-    if args.solo == "all":
-        rows[f"puffer solo x {args.seeds}, {args.jobs} at a time"] = timed(
-            "solo", args.env, [[s] for s in seeds], out, args.overrides, args.jobs, 1)
-    if args.reference == "sb3":
-        rows[f"SB3 + zoo x {args.seeds}, {args.jobs} at a time"] = timed(
-            "sb3", args.env, [[s] for s in seeds], out, [], args.jobs, 1)
     one = rows["puffer one seed"][0]
     batch = min(rows[f"puffer members, {vec}"][0] for vec in args.members_vec)
     steps = budget(args.env, args.overrides)  # one seed's training steps, as puffer composes them

@@ -3,12 +3,16 @@ machine, puffer's batch of members (one process) beside the same seeds as separa
 beside SB3 + rl-baselines3-zoo's settings; the final returns with intervals.
 
     python bench/study.py [--env classic/cartpole] [--seeds 16] [--jobs 2] [--solo all|none]
-                          [--reference sb3|none] [--repeat R] [--out DIR] [puffer overrides ...]
+                          [--reference sb3|none] [--side-by-side P] [--repeat R] [--out DIR]
+                          [puffer overrides ...]
 
 Rows, each timed from its processes' start to their end (training and the final evaluation):
 - `puffer members, vec=...`: the N seeds as one batch (puffer.batch.train_batch: what
   `python -m puffer -m hydra/launcher=members seed=0,...` runs), one process, its own threads;
   once with the shipped vec.backend (serial) and once with vec=multiprocessing (--members-vec).
+- `puffer members, P batches side by side` (--side-by-side P): the N seeds through the members
+  launcher with hydra.launcher.processes=P and vec=serial: P batches, each in a child process
+  with its share of the CPUs.
 - `puffer one seed`: seed 0 alone, the unit of the issue's targets (the batch against one run).
 - `puffer solo x N`: the N seeds as separate `puffer.train` runs, --jobs at a time, one thread each
   (--solo none skips it).
@@ -57,6 +61,20 @@ def members_job(env: str, seeds: list[int], out: Path, overrides: list[str]) -> 
     return [r["eval/return_mean"] for r in results]
 
 
+def side_by_side_job(env: str, seeds: list[int], out: Path, overrides: list[str]) -> list[float]:
+    """The seeds through the members launcher with hydra.launcher.processes (in `overrides`): its
+    batches side by side in child processes, each job's final evaluation read from its metrics."""
+    from puffer.loggers.base import read_metrics
+
+    sweep = out / "multirun"
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", f"env={env}",
+            f"seed={','.join(map(str, seeds))}", f"eval.episodes={EPISODES}", *overrides, f"hydra.sweep.dir={sweep}"]
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"members launcher failed:\n{done.stderr[-3000:]}")
+    return [read_metrics(sweep / str(job) / "metrics.jsonl")[-1]["eval/return_mean"] for job in range(len(seeds))]
+
+
 def solo_job(env: str, seed: int, out: Path, overrides: list[str]) -> list[float]:
     import puffer
 
@@ -72,7 +90,7 @@ def sb3_job(env: str, seed: int, out: Path, overrides: list[str]) -> list[float]
     return [sb3_evaluate(model, venv if normalize else None, env, seed)]
 
 
-JOBS = {"members": members_job, "solo": solo_job, "sb3": sb3_job}
+JOBS = {"members": members_job, "side_by_side": side_by_side_job, "solo": solo_job, "sb3": sb3_job}
 
 
 def launch(kind: str, env: str, seeds: list[int], out: Path, overrides: list[str], threads: int | None) -> list[float]:
@@ -109,7 +127,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--job":
         kind, env, seeds, out, *overrides = sys.argv[2:]
         chosen = [int(s) for s in seeds.split(",")]
-        returns = JOBS[kind](env, chosen if kind == "members" else chosen[0], Path(out), overrides)
+        returns = JOBS[kind](env, chosen if kind in ("members", "side_by_side") else chosen[0], Path(out), overrides)
         (Path(out) / "returns.json").write_text(json.dumps(returns))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -121,6 +139,9 @@ def main() -> None:
     parser.add_argument("--members-vec", nargs="+", default=["vec=serial", "vec=multiprocessing"],
                         help="the members batch once with each (its N x vec.num_envs envs step in this process, "
                              "or in worker processes on the other cores)")
+    parser.add_argument("--side-by-side", type=int, default=0, metavar="P",
+                        help="also the seeds through the members launcher as P batches side by side "
+                             "(hydra.launcher.processes=P, vec=serial)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every row this many times, in turn; the rows show the median wall "
                              "time [min, max]")
@@ -140,6 +161,10 @@ def main() -> None:
         for vec in args.members_vec:
             repeated.setdefault(f"puffer members, {vec}", []).append(timed(
                 "members", args.env, [seeds], out / vec.replace("=", "-"), [*args.overrides, vec], 1, None))
+        if args.side_by_side > 1:
+            repeated.setdefault(f"puffer members, {args.side_by_side} batches side by side, vec=serial", []).append(
+                timed("side_by_side", args.env, [seeds], out / "side-by-side",
+                      [*args.overrides, f"hydra.launcher.processes={args.side_by_side}", "vec=serial"], 1, None))
         repeated.setdefault("puffer one seed", []).append(
             timed("solo", args.env, [[0]], out / "one", args.overrides, 1, None))
         if args.solo == "all":
@@ -151,7 +176,7 @@ def main() -> None:
     rows = {name: (float(np.median([wall for wall, _ in runs])), runs[0][1]) for name, runs in repeated.items()}
     spread = {name: [wall for wall, _ in runs] for name, runs in repeated.items()}
     one = rows["puffer one seed"][0]
-    batch = min(rows[f"puffer members, {vec}"][0] for vec in args.members_vec)
+    batch = min(wall for name, (wall, _) in rows.items() if name.startswith("puffer members"))
     steps = budget(args.env, args.overrides)  # one seed's training steps, as puffer composes them
     fastest = min((name for name in rows if name.startswith("puffer members")), key=lambda name: rows[name][0])
     table = []

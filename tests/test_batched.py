@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from conftest import wait_for_epochs
+from conftest import assert_no_marked_process_left, wait_for_epochs
 from omegaconf import OmegaConf
 from wandb_records import finished_run_records
 
@@ -180,6 +180,48 @@ def test_members_launcher_groups_jobs_and_writes_their_directories(tmp_path):
     text = (sweep / "report.md").read_text()
     assert "policy.rnn=null" in text and "policy.rnn=lstm" in text
     assert text.count("| 2 |") >= 2  # two seeds of each policy
+
+
+def test_members_launcher_runs_batches_side_by_side_in_processes(tmp_path):
+    """hydra.launcher.processes=2: four seeds as two batches of two, each in a child process
+    with its share of the CPUs as its torch threads, every job's directory as before."""
+    sweep = tmp_path / "multirun"
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "hydra.launcher.processes=2",
+            "seed=0,1,2,3", "vec=serial", *SMALL[:4], "train.total_timesteps=128", "eval.episodes=1",
+            f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 batches, 2 side by side" in result.stdout + result.stderr
+    assert sorted(p.name for p in (sweep / "batches").iterdir()) == ["0_0", "0_2"]
+    for job in range(4):
+        job_dir = sweep / str(job)
+        log_text = (job_dir / "puffer.log").read_text()
+        assert "training 2 members" in log_text and "OMP_NUM_THREADS=" in log_text
+        assert (job_dir / "model.safetensors").is_file()
+        assert math.isfinite(read_metrics(job_dir / "metrics.jsonl")[-1]["eval/return_mean"])
+    assert (sweep / "batches" / "0_2" / "checkpoints").is_dir()
+
+
+def test_sigterm_to_side_by_side_batches_saves_each_and_leaves_no_process(tmp_path):
+    """SIGTERM to the multirun's group reaches each child batch once, through the launcher: each
+    saves its checkpoint at an epoch's end, the multirun exits 130, nothing is left running."""
+    sweep = tmp_path / "multirun"
+    marker = f"side-by-side-{os.getpid()}"
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "hydra.launcher.processes=2",
+            "seed=0,1,2,3", "vec=serial", *SMALL[:4], "train.total_timesteps=10000000", "runtime.log_interval=0",
+            f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env={**os.environ, "PUFFER_TEST_MARKER": marker})
+    for job in (0, 2):  # (the first job of each batch)
+        wait_for_epochs(proc, sweep / str(job), timeout=180)
+    os.killpg(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    for batch, seeds in (("0_0", [0, 1]), ("0_2", [2, 3])):
+        (saved,) = (sweep / "batches" / batch / "checkpoints").glob("epoch_*.pt")
+        state = checkpoint.read(saved)
+        assert state["members"]["seeds"] == seeds and state["global_step"] == state["epoch"] * 64
+    assert_no_marked_process_left(marker)
 
 
 @pytest.mark.parametrize("policy", [[], ["policy.rnn=lstm"]])

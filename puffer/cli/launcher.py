@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,15 +99,88 @@ def run_group(launcher, jobs: list[Job]) -> None:
         log.warning("jobs %s run one after another, not as a batch: %s", [job.number for job in jobs], exc)
         run_one_by_one(launcher, jobs)
         return
-    results: list[dict[str, float]] = []
-    for start in range(0, len(members), launcher.max_members):
-        chunk = members[start:start + launcher.max_members]
-        name = str(jobs[0].number) if len(members) <= launcher.max_members else f"{jobs[0].number}_{start}"
-        batch_dir = Path(str(jobs[0].config.hydra.sweep.dir)) / "batches" / name
-        with logged_to(sorted({directory if cfg.trial_seeds == 1 else directory.parent
-                               for cfg, directory, _ in chunk})):
-            results += train(chunk, batch_dir)
+    size = min(launcher.max_members, math.ceil(len(members) / max(1, launcher.processes)))
+    batches = []
+    for start in range(0, len(members), size):
+        chunk = members[start:start + size]
+        name = str(jobs[0].number) if len(members) <= size else f"{jobs[0].number}_{start}"
+        batches.append((chunk, Path(str(jobs[0].config.hydra.sweep.dir)) / "batches" / name, log_dirs(chunk)))
+    if launcher.processes > 1 and len(batches) > 1:
+        results = side_by_side(batches, launcher.processes)
+    else:
+        results = []
+        for chunk, batch_dir, directories in batches:
+            with logged_to(directories):
+                results += train(chunk, batch_dir)
     finish(jobs, results)
+
+
+def log_dirs(chunk: list[tuple[DictConfig, Path, list[str]]]) -> list[Path]:
+    """The job directories whose puffer.log a batch of these members writes to."""
+    return sorted({directory if cfg.trial_seeds == 1 else directory.parent for cfg, directory, _ in chunk})
+
+
+def side_by_side(batches: list, processes: int) -> list[dict[str, float]]:
+    """The batches in `processes` child processes at a time, each with its share of this
+    machine's CPUs as its OMP_NUM_THREADS (puffer.runtime.threads plans within it), its log in its
+    jobs' puffer.log files and on stderr. The children are in sessions of their own, and this
+    process passes each stopping signal on to them once (Ctrl-C, SLURM's or GNU timeout's SIGTERM
+    to the group, a SIGTERM or SIGUSR1 to this process alone): each saves as a batch does; killed
+    outright, this process takes them along (SIGHUP: each saves at its epoch's end). A user's
+    error in one is one line and exit 2, as in a batch of this process."""
+    from puffer.runtime.threads import usable_cpus
+
+    threads = max(1, usable_cpus() // processes)
+    log.info("%d batches, %d side by side, %d torch thread%s each", len(batches), processes, threads,
+             "" if threads == 1 else "s")
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # (what the children are started with)
+    handlers = {signum: signal.signal(signum, pass_on) for signum in PASSED_ON}
+    try:
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=apart) as pool:
+            futures = [pool.submit(train_apart, os.getpid(), *batch) for batch in batches]
+            return [metrics for future in futures for metrics in reporting_user_errors(future.result)]
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+
+
+# What side_by_side's children are told of (puffer.training.signals: stop after saving, or save).
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+
+
+def pass_on(signum, frame) -> None:
+    for child in multiprocessing.active_children():
+        os.kill(child.pid, signum)
+
+
+def apart() -> None:
+    """A side_by_side child: out of the launcher's process group (a signal to the group reaches
+    it once, through the launcher), ended with it (SIGHUP) if the launcher dies."""
+    from puffer.runtime.processes import end_with_parent
+
+    os.setsid()
+    end_with_parent(signal.SIGHUP)
+
+
+def train_apart(launcher: int, members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path,
+                directories: list[Path]) -> list[dict[str, float]]:
+    """One batch in a child process of `side_by_side` (`launcher`: its pid)."""
+    from puffer.batch import run_batch
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    try:
+        with logged_to(directories):
+            return run_batch([m[0] for m in members], [m[1] for m in members], batch_dir, [m[2] for m in members])
+    finally:
+        if os.getppid() != launcher:  # the launcher died (SIGHUP ended the batch): nobody waits for it
+            logging.shutdown()
+            os._exit(129)
 
 
 def run_one_by_one(launcher, jobs: list[Job]) -> None:
@@ -156,12 +233,19 @@ def prepare(launcher, job: Job) -> None:
 
 
 def train(members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path) -> list[dict[str, float]]:
-    """One batch; a user's error is one line and exit 2, as a solo job's (puffer.__main__)."""
+    """One batch in this process."""
     from puffer.batch import run_batch
+
+    return reporting_user_errors(
+        lambda: run_batch([m[0] for m in members], [m[1] for m in members], batch_dir, [m[2] for m in members]))
+
+
+def reporting_user_errors(batch) -> list[dict[str, float]]:
+    """`batch()`'s metrics; a user's error is one line and exit 2, as a solo job's (puffer.__main__)."""
     from puffer.cli.jobs import user_errors
 
     try:
-        return run_batch([m[0] for m in members], [m[1] for m in members], batch_dir, [m[2] for m in members])
+        return batch()
     except user_errors() as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

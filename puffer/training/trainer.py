@@ -53,6 +53,9 @@ class Stopped(KeyboardInterrupt):
         super().__init__(reason)
         self.reason, self.path = reason, path
 
+    def __reduce__(self):  # (a batch in a child process of the members launcher sends it back)
+        return type(self), (self.reason, self.path)
+
 
 class TensorSnapshot:
     """Copies of the tensors inside a nested structure (state dicts), refreshed in place with one

@@ -18,8 +18,9 @@ from omegaconf import DictConfig
 
 
 class MembersLauncher(Launcher):
-    def __init__(self, max_members: int = 64) -> None:
+    def __init__(self, max_members: int = 64, processes: int = 1) -> None:
         self.max_members = max_members
+        self.processes = processes
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None

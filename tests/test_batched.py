@@ -202,6 +202,16 @@ def test_members_launcher_runs_batches_side_by_side_in_processes(tmp_path):
     assert (sweep / "batches" / "0_2" / "checkpoints").is_dir()
 
 
+def test_a_bad_launcher_setting_is_one_line_before_any_job(tmp_path):
+    args = [sys.executable, "-m", "puffer", "-m", "hydra/launcher=members", "hydra.launcher.processes=0", "seed=0,1",
+            f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "hydra.launcher.processes=0: expected a whole number, 1 or more" in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "multirun" / "0").exists()
+
+
 def test_sigterm_to_side_by_side_batches_saves_each_and_leaves_no_process(tmp_path):
     """SIGTERM to the multirun's group reaches each child batch once, through the launcher: each
     saves its checkpoint at an epoch's end, the multirun exits 130, nothing is left running."""

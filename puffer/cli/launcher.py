@@ -1,6 +1,7 @@
 """What hydra/launcher=members does (its class is hydra_plugins.puffer_launcher.members's, where
 Hydra looks for launchers): a multirun's jobs grouped by what members of a batch must share
-(puffer.batch.batch_key), each group trained as batches of at most max_members in one process.
+(puffer.batch.batch_key), each group trained as batches of at most max_members in one process,
+or with processes=P as P batches side by side, each in a child process (`side_by_side`).
 
 Every job first gets the directory and the `.hydra/` files a job of the basic launcher gets
 (Hydra's own run_job, with a task that only notes where); then its members (the job's seed, or
@@ -55,6 +56,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     from puffer.batch import batch_key
 
     setup_globals()
+    reporting_user_errors(lambda: check_settings(launcher))
     config, context = launcher.config, launcher.hydra_context
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -78,6 +80,16 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     return [job.result for job in jobs]
 
 
+def check_settings(launcher) -> None:
+    """ConfigError unless max_members and processes are whole numbers of 1 or more."""
+    from puffer.errors import ConfigError
+
+    for key in ("max_members", "processes"):
+        value = getattr(launcher, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"hydra.launcher.{key}={value!r}: expected a whole number, 1 or more")
+
+
 def run_group(launcher, jobs: list[Job]) -> None:
     """The jobs' directories, then their members trained as batches of at most max_members (or,
     when they cannot be a batch, job by job)."""
@@ -99,7 +111,7 @@ def run_group(launcher, jobs: list[Job]) -> None:
         log.warning("jobs %s run one after another, not as a batch: %s", [job.number for job in jobs], exc)
         run_one_by_one(launcher, jobs)
         return
-    size = min(launcher.max_members, math.ceil(len(members) / max(1, launcher.processes)))
+    size = min(launcher.max_members, math.ceil(len(members) / launcher.processes))
     batches = []
     for start in range(0, len(members), size):
         chunk = members[start:start + size]
@@ -240,8 +252,8 @@ def train(members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path) ->
         lambda: run_batch([m[0] for m in members], [m[1] for m in members], batch_dir, [m[2] for m in members]))
 
 
-def reporting_user_errors(batch) -> list[dict[str, float]]:
-    """`batch()`'s metrics; a user's error is one line and exit 2, as a solo job's (puffer.__main__)."""
+def reporting_user_errors(batch):
+    """`batch()`'s value; a user's error is one line and exit 2, as a solo job's (puffer.__main__)."""
     from puffer.cli.jobs import user_errors
 
     try:

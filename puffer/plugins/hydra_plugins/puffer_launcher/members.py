@@ -1,6 +1,7 @@
 """hydra/launcher=members: a multirun's jobs that differ only in their seed and the train settings
 members may differ in (puffer.training.batched.MEMBER_KEYS) train as one batch in one process
-(puffer.batch); jobs that differ in anything else are separate batches, one after another.
+(puffer.batch), or as `processes` batches side by side; jobs that differ in anything else are
+separate batches, one after another.
 
 Hydra instantiates launchers from its plugin namespace only (hydra_plugins.*), so the class
 lives here; the work is puffer.cli.launcher's. Nothing heavy is imported until a launch: Hydra

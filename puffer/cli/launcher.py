@@ -140,26 +140,21 @@ def side_by_side(batches: list, processes: int) -> list[dict[str, float]]:
     to the group, a SIGTERM or SIGUSR1 to this process alone): each saves as a batch does; killed
     outright, this process takes them along (SIGHUP: each saves at its epoch's end). A user's
     error in one is one line and exit 2, as in a batch of this process."""
+    from puffer.runtime.processes import environment_variable
     from puffer.runtime.threads import usable_cpus
 
     threads = max(1, usable_cpus() // processes)
     log.info("%d batches, %d side by side, %d torch thread%s each", len(batches), processes, threads,
              "" if threads == 1 else "s")
-    before = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(threads)  # (what the children are started with)
     handlers = {signum: signal.signal(signum, pass_on) for signum in PASSED_ON}
-    try:
-        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=apart) as pool:
+    try:  # (the children start with the OMP_NUM_THREADS of the block)
+        with environment_variable("OMP_NUM_THREADS", str(threads)), ProcessPoolExecutor(
+                processes, mp_context=multiprocessing.get_context("spawn"), initializer=apart) as pool:
             futures = [pool.submit(train_apart, os.getpid(), *batch) for batch in batches]
             return [metrics for future in futures for metrics in reporting_user_errors(future.result)]
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-        if before is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = before
 
 
 # What side_by_side's children are told of (puffer.training.signals: stop after saving, or save).
@@ -183,12 +178,10 @@ def apart() -> None:
 def train_apart(launcher: int, members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path,
                 directories: list[Path]) -> list[dict[str, float]]:
     """One batch in a child process of `side_by_side` (`launcher`: its pid)."""
-    from puffer.batch import run_batch
-
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     try:
         with logged_to(directories):
-            return run_batch([m[0] for m in members], [m[1] for m in members], batch_dir, [m[2] for m in members])
+            return run_members(members, batch_dir)
     finally:
         if os.getppid() != launcher:  # the launcher died (SIGHUP ended the batch): nobody waits for it
             logging.shutdown()
@@ -246,10 +239,15 @@ def prepare(launcher, job: Job) -> None:
 
 def train(members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path) -> list[dict[str, float]]:
     """One batch in this process."""
+    return reporting_user_errors(lambda: run_members(members, batch_dir))
+
+
+def run_members(members: list[tuple[DictConfig, Path, list[str]]], batch_dir: Path) -> list[dict[str, float]]:
+    """puffer.batch.run_batch of the members' (config, directory, overrides)."""
     from puffer.batch import run_batch
 
-    return reporting_user_errors(
-        lambda: run_batch([m[0] for m in members], [m[1] for m in members], batch_dir, [m[2] for m in members]))
+    configs, directories, overrides = (list(column) for column in zip(*members, strict=True))
+    return run_batch(configs, directories, batch_dir, overrides)
 
 
 def reporting_user_errors(batch):

@@ -177,8 +177,9 @@ def local_ray_started(local: bool):
         return
     from ray._private import ray_constants, services
 
-    before = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
-    popen = services.ConsolePopen
+    from puffer.runtime.processes import environment_variable
+
+    before, popen = ray_constants.ENABLE_RAY_CLUSTER, services.ConsolePopen
 
     class OwnGroupPopen(popen):
         def __init__(self, *args, **kwargs):
@@ -186,17 +187,14 @@ def local_ray_started(local: bool):
             super().__init__(*args, **kwargs)
 
     ray_constants.ENABLE_RAY_CLUSTER = False
-    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"  # Ray's processes started now
     services.ConsolePopen = OwnGroupPopen
     try:
-        yield
+        # (read by Ray's processes started now)
+        with environment_variable(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0"):
+            yield
     finally:
         services.ConsolePopen = popen
-        ray_constants.ENABLE_RAY_CLUSTER = before[0]
-        if before[1] is None:
-            os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, None)
-        else:
-            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = before[1]
+        ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def private_token() -> None:

@@ -15,6 +15,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import puffer.config  # registers the schemas before Hydra composes; CONF_DIR
@@ -29,7 +30,9 @@ def main(cfg: DictConfig) -> float | tuple[float, ...]:
     from puffer.run import run_seeds
 
     try:
-        runs = run_seeds(cfg, HydraConfig.get().runtime.output_dir)
+        hydra_cfg = HydraConfig.get()
+        sweep_dir = hydra_cfg.sweep.dir if hydra_cfg.mode == RunMode.MULTIRUN else None
+        runs = run_seeds(cfg, hydra_cfg.runtime.output_dir, sweep_dir)
     except user_errors() as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

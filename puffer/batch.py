@@ -153,7 +153,8 @@ def resumed_state(cfgs: list[DictConfig]) -> dict | None:
     saved = (state.get("members") or {}).get("seeds")
     if saved is None:
         raise ConfigError(f"resume={first.resume!r}: {path} is a solo run's checkpoint; a batch resumes from a "
-                          "batch's (<sweep dir>/batches/<n>, or the run_dir/batch of puffer.train_batch)")
+                          "batch's (<sweep dir>/batches/<n>, the run_dir/batch of puffer.train_batch, or the whole "
+                          "<sweep dir> when the same multirun is launched again)")
     if saved != seeds:
         raise ConfigError(f"resume={first.resume!r}: {path} holds members with seeds {saved}, this batch has "
                           f"{seeds}; pass the seeds it was trained with")

@@ -32,7 +32,7 @@ from puffer.build import (
     multiprocessing_options,
 )
 from puffer.config import CONF_DIR
-from puffer.config.resume import check_resumable, resumed_config
+from puffer.config.resume import check_resumable, place_in_multirun, resumed_config
 from puffer.config.validate import check_trial_seeds, objective_entry, resolve_device
 from puffer.errors import CheckpointError, ConfigError
 from puffer.evaluation.runs import check_recording, final_evaluation, training_videos
@@ -98,19 +98,21 @@ def progress_printed():
         puffer_log.setLevel(level)
 
 
-def run_seeds(cfg: DictConfig, job_dir: str | Path) -> list[dict[str, float]]:
+def run_seeds(cfg: DictConfig, job_dir: str | Path, sweep_dir: str | Path | None = None) -> list[dict[str, float]]:
     """One job's runs: `run(cfg, job_dir)`, or with trial_seeds=N the seeds seed .. seed+N-1 one
-    after another, each in <job_dir>/seed_<s> with its own files; each run's final metrics."""
+    after another, each in <job_dir>/seed_<s> with its own files; each run's final metrics.
+    `sweep_dir`: the multirun's the job is part of (a resume= of a whole multirun gives each run
+    its own place in it: puffer.config.resume.place_in_multirun)."""
     check_trial_seeds(cfg)  # before a job of no runs returns nothing to its sweeper
     check_objective_score(cfg)
-    if cfg.trial_seeds == 1:
-        return [run(cfg, job_dir)]
     runs = []
     for seed in range(cfg.seed, cfg.seed + cfg.trial_seeds):
         seeded = cfg.copy()
         seeded.seed = seed
-        runs.append(run(seeded, Path(job_dir) / f"seed_{seed}"))
-    return runs
+        runs.append((seeded, Path(job_dir) if cfg.trial_seeds == 1 else Path(job_dir) / f"seed_{seed}"))
+    for seeded, run_dir in runs:  # (every run's place checked before the first trains)
+        seeded.resume = place_in_multirun(seeded.resume, sweep_dir, run_dir)
+    return [run(seeded, run_dir) for seeded, run_dir in runs]
 
 
 def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, float]:

@@ -21,6 +21,7 @@ from wandb_records import finished_run_records
 import puffer
 from puffer.batch import build_trainer, check_members, make_member_vecenv, train_batch
 from puffer.build import make_env_creator, make_policy, make_vecenv
+from puffer.cli.launcher import chunks
 from puffer.errors import ConfigError
 from puffer.evaluation.protocol import evaluate, evaluate_members
 from puffer.files import checkpoint
@@ -232,6 +233,29 @@ def test_sigterm_to_side_by_side_batches_saves_each_and_leaves_no_process(tmp_pa
         state = checkpoint.read(saved)
         assert state["members"]["seeds"] == seeds and state["global_step"] == state["epoch"] * 64
     assert_no_marked_process_left(marker)
+    # the same multirun with resume=<its sweep dir>: each batch continues from its own place
+    epochs = {batch: checkpoint.read(next((sweep / "batches" / batch / "checkpoints").glob("epoch_*.pt")))["epoch"]
+              for batch in ("0_0", "0_2")}
+    steps = (max(epochs.values()) + 1) * 64
+    again = tmp_path / "again"
+    args = [*args[:args.index("train.total_timesteps=10000000")], f"train.total_timesteps={steps}",
+            "eval.episodes=1", f"resume={sweep}", f"hydra.sweep.dir={again}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for job, batch in ((0, "0_0"), (1, "0_0"), (2, "0_2"), (3, "0_2")):
+        log_text = (again / str(job) / "puffer.log").read_text()
+        assert f"resuming the batch from {sweep / 'batches' / batch}" in log_text
+        rows = [r for r in read_metrics(again / str(job) / "metrics.jsonl") if "train/loss" in r]
+        assert rows[0]["global_step"] == (epochs[batch] + 1) * 64 and rows[-1]["global_step"] == steps
+
+
+@pytest.mark.parametrize("members,max_members,processes,sizes", [
+    (65, 64, 1, [33, 32]), (16, 64, 1, [16]), (4, 64, 2, [2, 2]), (3, 64, 4, [1, 1, 1]), (5, 2, 1, [2, 2, 1])])
+def test_members_split_into_batches_of_even_sizes(members, max_members, processes, sizes):
+    batches = chunks(list(range(members)), max_members, processes)
+    assert [len(chunk) for _, chunk in batches] == sizes
+    assert [start for start, _ in batches] == [sum(sizes[:i]) for i in range(len(sizes))]
+    assert [m for _, chunk in batches for m in chunk] == list(range(members))
 
 
 @pytest.mark.parametrize("policy", [[], ["policy.rnn=lstm"]])

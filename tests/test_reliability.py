@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -554,3 +555,32 @@ def test_a_second_run_in_the_same_run_dir_is_refused_at_its_start(make_cfg, tmp_
         proc.communicate(timeout=60)
     metrics = run(make_cfg(*SMALL, "train.total_timesteps=512"), tmp_path)  # free again once it ended
     assert metrics["train/epoch"] == 1
+
+
+def test_resume_of_a_multirun_continues_each_job_from_its_own_place(tmp_path):
+    """`-m seed=0,1 resume=<sweep dir>` launched again with its sweep: job n resumes from
+    <sweep>/<n> (its own seed's checkpoint), and a multirun with no place for a job is one
+    line, exit 2."""
+    def multirun(*overrides: str) -> subprocess.CompletedProcess:
+        args = [sys.executable, "-m", "puffer", "-m", f"hydra.sweep.dir={tmp_path / 'multirun'}", *overrides]
+        return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    first = ["env=classic/cartpole", "vec.num_envs=2", "train.num_steps=32", "eval.episodes=0"]
+    assert multirun("seed=0,1", *first, "train.total_timesteps=128").returncode == 0  # 2 epochs of 2 x 32
+    original = tmp_path / "original"
+    (tmp_path / "multirun").rename(original)
+    result = multirun("seed=0,1", *first, "train.total_timesteps=256", f"resume={original}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for job, seed in ((0, 0), (1, 1)):
+        log_text = (tmp_path / "multirun" / str(job) / "puffer.log").read_text()
+        assert f"resumed from {original / str(job)}" in log_text
+        rows = [r for r in read_metrics(tmp_path / "multirun" / str(job) / "metrics.jsonl") if "train/loss" in r]
+        assert [r["global_step"] for r in rows] == [192, 256]
+        assert checkpoint.read(tmp_path / "multirun" / str(job) / "checkpoints" / "epoch_000004.pt")["config"]["seed"] \
+            == seed
+    (tmp_path / "multirun").rename(tmp_path / "resumed")
+    shutil.rmtree(original / "1")
+    failed = multirun("seed=0,1", *first, "train.total_timesteps=256", f"resume={original}")
+    output = failed.stdout + failed.stderr
+    assert failed.returncode == 2 and "is a multirun, and it has no 1/" in output
+    assert "Traceback" not in output

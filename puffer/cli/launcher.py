@@ -111,12 +111,12 @@ def run_group(launcher, jobs: list[Job]) -> None:
         log.warning("jobs %s run one after another, not as a batch: %s", [job.number for job in jobs], exc)
         run_one_by_one(launcher, jobs)
         return
-    size = min(launcher.max_members, math.ceil(len(members) / launcher.processes))
+    sweep_dir = Path(str(jobs[0].config.hydra.sweep.dir))
     batches = []
-    for start in range(0, len(members), size):
-        chunk = members[start:start + size]
-        name = str(jobs[0].number) if len(members) <= size else f"{jobs[0].number}_{start}"
-        batches.append((chunk, Path(str(jobs[0].config.hydra.sweep.dir)) / "batches" / name, log_dirs(chunk)))
+    for start, chunk in chunks(members, launcher.max_members, launcher.processes):
+        name = str(jobs[0].number) if len(chunk) == len(members) else f"{jobs[0].number}_{start}"
+        batches.append((chunk, sweep_dir / "batches" / name, log_dirs(chunk)))
+    reporting_user_errors(lambda: resume_in_places(batches, sweep_dir))
     if launcher.processes > 1 and len(batches) > 1:
         results = side_by_side(batches, launcher.processes)
     else:
@@ -125,6 +125,26 @@ def run_group(launcher, jobs: list[Job]) -> None:
             with logged_to(directories):
                 results += train(chunk, batch_dir)
     finish(jobs, results)
+
+
+def chunks(members: list, max_members: int, processes: int) -> list[tuple[int, list]]:
+    """(first index, members) of each batch: at least `processes` batches (one per member at
+    most), none of more than `max_members`, their sizes within one of each other (65 members
+    with max_members=64 train as 33 and 32, not 64 and a batch of one)."""
+    count = min(len(members), max(processes, math.ceil(len(members) / max_members)))
+    size = math.ceil(len(members) / count)
+    return [(start, members[start:start + size]) for start in range(0, len(members), size)]
+
+
+def resume_in_places(batches: list, sweep_dir: Path) -> None:
+    """With resume=<a multirun's sweep directory>, each batch's members resume from the batch
+    at its place there (<resume>/batches/<name>: the same sweep makes the same batches), every
+    place checked before any batch trains (puffer.config.resume.place_in_multirun)."""
+    from puffer.config.resume import place_in_multirun
+
+    for chunk, batch_dir, _ in batches:
+        for cfg, _, _ in chunk:
+            cfg.resume = place_in_multirun(cfg.resume, sweep_dir, batch_dir)
 
 
 def log_dirs(chunk: list[tuple[DictConfig, Path, list[str]]]) -> list[Path]:

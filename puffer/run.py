@@ -112,7 +112,10 @@ def run_seeds(cfg: DictConfig, job_dir: str | Path, sweep_dir: str | Path | None
         runs.append((seeded, Path(job_dir) if cfg.trial_seeds == 1 else Path(job_dir) / f"seed_{seed}"))
     for seeded, run_dir in runs:  # (every run's place checked before the first trains)
         seeded.resume = place_in_multirun(seeded.resume, sweep_dir, run_dir)
-    return [run(seeded, run_dir) for seeded, run_dir in runs]
+    metrics = [run(seeded, run_dir) for seeded, run_dir in runs]
+    if sweep_dir is not None:
+        log.info("the whole multirun goes on as the same command with resume=%s", sweep_dir)
+    return metrics
 
 
 def run(cfg: DictConfig, run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, float]:

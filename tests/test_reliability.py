@@ -574,6 +574,7 @@ def test_resume_of_a_multirun_continues_each_job_from_its_own_place(tmp_path):
     for job, seed in ((0, 0), (1, 1)):
         log_text = (tmp_path / "multirun" / str(job) / "puffer.log").read_text()
         assert f"resumed from {original / str(job)}" in log_text
+        assert f"the whole multirun goes on as the same command with resume={tmp_path / 'multirun'}" in log_text
         rows = [r for r in read_metrics(tmp_path / "multirun" / str(job) / "metrics.jsonl") if "train/loss" in r]
         assert [r["global_step"] for r in rows] == [192, 256]
         assert checkpoint.read(tmp_path / "multirun" / str(job) / "checkpoints" / "epoch_000004.pt")["config"]["seed"] \

@@ -125,6 +125,7 @@ def run_group(launcher, jobs: list[Job]) -> None:
             with logged_to(directories):
                 results += train(chunk, batch_dir)
     finish(jobs, results)
+    log.info("the whole multirun goes on as the same command with resume=%s", sweep_dir)
 
 
 def chunks(members: list, max_members: int, processes: int) -> list[tuple[int, list]]:

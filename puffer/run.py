@@ -101,8 +101,8 @@ def progress_printed():
 def run_seeds(cfg: DictConfig, job_dir: str | Path, sweep_dir: str | Path | None = None) -> list[dict[str, float]]:
     """One job's runs: `run(cfg, job_dir)`, or with trial_seeds=N the seeds seed .. seed+N-1 one
     after another, each in <job_dir>/seed_<s> with its own files; each run's final metrics.
-    `sweep_dir`: the multirun's the job is part of (a resume= of a whole multirun gives each run
-    its own place in it: puffer.config.resume.place_in_multirun)."""
+    `sweep_dir`: the directory of the multirun the job is part of, if any (a resume= of a whole
+    multirun gives each run its own place in it: puffer.config.resume.place_in_multirun)."""
     check_trial_seeds(cfg)  # before a job of no runs returns nothing to its sweeper
     check_objective_score(cfg)
     runs = []

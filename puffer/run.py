@@ -32,7 +32,7 @@ from puffer.build import (
     multiprocessing_options,
 )
 from puffer.config import CONF_DIR
-from puffer.config.resume import check_resumable, place_in_multirun, resumed_config
+from puffer.config.resume import check_resumable, resumed_config
 from puffer.config.validate import check_trial_seeds, objective_entry, resolve_device
 from puffer.errors import CheckpointError, ConfigError
 from puffer.evaluation.runs import check_recording, final_evaluation, training_videos
@@ -102,7 +102,7 @@ def run_seeds(cfg: DictConfig, job_dir: str | Path, sweep_dir: str | Path | None
     """One job's runs: `run(cfg, job_dir)`, or with trial_seeds=N the seeds seed .. seed+N-1 one
     after another, each in <job_dir>/seed_<s> with its own files; each run's final metrics.
     `sweep_dir`: the directory of the multirun the job is part of, if any (a resume= of a whole
-    multirun gives each run its own place in it: puffer.config.resume.place_in_multirun)."""
+    multirun gives each run its own place in it: puffer.files.checkpoint.place_in_multirun)."""
     check_trial_seeds(cfg)  # before a job of no runs returns nothing to its sweeper
     check_objective_score(cfg)
     runs = []
@@ -111,7 +111,7 @@ def run_seeds(cfg: DictConfig, job_dir: str | Path, sweep_dir: str | Path | None
         seeded.seed = seed
         runs.append((seeded, Path(job_dir) if cfg.trial_seeds == 1 else Path(job_dir) / f"seed_{seed}"))
     for seeded, run_dir in runs:  # (every run's place checked before the first trains)
-        seeded.resume = place_in_multirun(seeded.resume, sweep_dir, run_dir)
+        seeded.resume = checkpoint.place_in_multirun(seeded.resume, sweep_dir, run_dir)
     metrics = [run(seeded, run_dir) for seeded, run_dir in runs]
     if sweep_dir is not None:
         log.info("the whole multirun goes on as the same command with resume=%s", sweep_dir)

@@ -559,29 +559,47 @@ def test_a_second_run_in_the_same_run_dir_is_refused_at_its_start(make_cfg, tmp_
 
 def test_resume_of_a_multirun_continues_each_job_from_its_own_place(tmp_path):
     """`-m seed=0,1 resume=<sweep dir>` launched again with its sweep: job n resumes from
-    <sweep>/<n> (its own seed's checkpoint), and a multirun with no place for a job is one
-    line, exit 2."""
-    def multirun(*overrides: str) -> subprocess.CompletedProcess:
-        args = [sys.executable, "-m", "puffer", "-m", f"hydra.sweep.dir={tmp_path / 'multirun'}", *overrides]
+    <sweep>/<n> (its own seed's checkpoint); a job with no checkpoint there (one the interrupted
+    multirun never got to) starts from the beginning with a warning; a multirun with no
+    checkpoint at all is one line, exit 2."""
+    def multirun(*overrides: str, sweep: str = "multirun") -> subprocess.CompletedProcess:
+        args = [sys.executable, "-m", "puffer", "-m", f"hydra.sweep.dir={tmp_path / sweep}", *overrides]
         return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
     first = ["env=classic/cartpole", "vec.num_envs=2", "train.num_steps=32", "eval.episodes=0"]
-    assert multirun("seed=0,1", *first, "train.total_timesteps=128").returncode == 0  # 2 epochs of 2 x 32
+    assert multirun("seed=0,1", *first, "train.total_timesteps=128", sweep="original").returncode == 0  # 2 epochs
     original = tmp_path / "original"
-    (tmp_path / "multirun").rename(original)
+    shutil.rmtree(original / "1" / "checkpoints")  # job 1 as if never reached
     result = multirun("seed=0,1", *first, "train.total_timesteps=256", f"resume={original}")
     assert result.returncode == 0, result.stderr[-3000:]
-    for job, seed in ((0, 0), (1, 1)):
+    for job, seed, steps in ((0, 0, [192, 256]), (1, 1, [64, 128, 192, 256])):
         log_text = (tmp_path / "multirun" / str(job) / "puffer.log").read_text()
-        assert f"resumed from {original / str(job)}" in log_text
+        assert ("resumed from" in log_text) == (job == 0)
         assert f"the whole multirun goes on as the same command with resume={tmp_path / 'multirun'}" in log_text
         rows = [r for r in read_metrics(tmp_path / "multirun" / str(job) / "metrics.jsonl") if "train/loss" in r]
-        assert [r["global_step"] for r in rows] == [192, 256]
+        assert [r["global_step"] for r in rows] == steps
         assert checkpoint.read(tmp_path / "multirun" / str(job) / "checkpoints" / "epoch_000004.pt")["config"]["seed"] \
             == seed
-    (tmp_path / "multirun").rename(tmp_path / "resumed")
-    shutil.rmtree(original / "1")
-    failed = multirun("seed=0,1", *first, "train.total_timesteps=256", f"resume={original}")
+    assert f"resumed from {original / '0'}" in (tmp_path / "multirun" / "0" / "puffer.log").read_text()
+    assert "no checkpoint in its 1/" in result.stdout + result.stderr
+    shutil.rmtree(original / "0" / "checkpoints")
+    failed = multirun("seed=0,1", *first, f"resume={original}", sweep="again")
     output = failed.stdout + failed.stderr
-    assert failed.returncode == 2 and "is a multirun, and it has no 1/" in output
+    assert failed.returncode == 2 and "is a multirun with no checkpoint in it" in output
     assert "Traceback" not in output
+
+
+def test_a_run_of_a_resumed_multirun_finds_its_own_place_in_it(tmp_path):
+    """place_in_multirun: a run's directory relative to its sweep names its place in the resumed
+    multirun (a job, a trial seed, a members batch); a run dir, a file or a single run's value
+    passes through; outside a multirun nothing changes."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    (old / "multirun.yaml").parent.mkdir()
+    (old / "multirun.yaml").write_text("hydra: {}\n")
+    for place in ("0", "1/seed_3", "batches/0_2"):
+        checkpoint.save_atomic({"policy": {}}, old / place / "checkpoints" / "epoch_000001.pt")
+        assert checkpoint.place_in_multirun(str(old), new, new / place) == str(old / place)
+    assert checkpoint.place_in_multirun(str(old), new, new / "2") is None  # never reached: starts anew
+    assert checkpoint.place_in_multirun(str(old), None, new / "0") == str(old)  # not a multirun now
+    assert checkpoint.place_in_multirun(str(old / "0"), new, new / "1") == str(old / "0")  # one run's dir
+    assert checkpoint.place_in_multirun(None, new, new / "0") is None

@@ -140,8 +140,8 @@ def chunks(members: list, max_members: int, processes: int) -> list[tuple[int, l
 def resume_in_places(batches: list, sweep_dir: Path) -> None:
     """With resume=<a multirun's sweep directory>, each batch's members resume from the batch
     at its place there (<resume>/batches/<name>: the same sweep makes the same batches), every
-    place checked before any batch trains (puffer.config.resume.place_in_multirun)."""
-    from puffer.config.resume import place_in_multirun
+    place checked before any batch trains (puffer.files.checkpoint.place_in_multirun)."""
+    from puffer.files.checkpoint import place_in_multirun
 
     for chunk, batch_dir, _ in batches:
         for cfg, _, _ in chunk:

@@ -2,9 +2,8 @@
 resumes it, and the run config a resume continues with.
 
 What lives here: `saved_config` (a saved config migrated: renamed keys, moved sections, renamed
-code paths: puffer.renamed), `check_resumable`, `resumed_config`, `place_in_multirun` (which
-part of a multirun a run of a resumed multirun continues). What does not: reading the
-checkpoint file (puffer.files.checkpoint).
+code paths: puffer.renamed), `check_resumable`, `resumed_config`. What does not: reading
+the checkpoint file (puffer.files.checkpoint).
 """
 
 from __future__ import annotations
@@ -124,23 +123,6 @@ def config_differences(saved: dict, now: dict, sections: tuple, keys: tuple) -> 
         names |= {key for key, _ in flat(now.get(section), section)}
     return [(key, get(saved, key), get(now, key)) for key in sorted(names)
             if get(saved, key) != get(now, key)]
-
-
-def place_in_multirun(resume: str | None, sweep_dir: str | Path | None, run_dir: str | Path) -> str | None:
-    """`resume`, unless it names a multirun's sweep directory (Hydra's multirun.yaml in it) and
-    this run is part of a multirun (`sweep_dir`, with the run in `run_dir` under it): then the
-    directory at this run's place in that multirun (<resume>/<n>, <resume>/<n>/seed_<s>,
-    <resume>/batches/<name>), so that one `resume=` continues every run of a multirun launched
-    again with its sweep. ConfigError if the resumed multirun has nothing there."""
-    if not resume or sweep_dir is None or not (Path(resume) / "multirun.yaml").is_file():
-        return resume
-    place = Path(run_dir).resolve().relative_to(Path(sweep_dir).resolve())
-    found = Path(resume) / place
-    if not found.is_dir():
-        raise ConfigError(f"resume={resume!r} is a multirun, and it has no {place}/ for the run in {run_dir}: "
-                          "resume a multirun with the sweep it was launched with (the same values in the same "
-                          "order, the same launcher and launcher settings)")
-    return str(found)
 
 
 def overridden(group: str, overrides: list[str] | None) -> bool:

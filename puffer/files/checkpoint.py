@@ -1,7 +1,8 @@
 """Checkpoints: signed, written atomically, the last K kept, found again by `resume=<path>|latest`.
 
 What lives here: the file side (atomic writes, signing, pruning, finding and reading the latest,
-with a fallback past an unreadable or unsigned one) and the process-wide random states. The
+with a fallback past an unreadable or unsigned one; which part of a resumed multirun a run of it
+continues: `place_in_multirun`) and the process-wide random states. The
 check that a checkpoint fits the run resuming from it is puffer.config.resume's. What goes into a checkpoint is the
 trainer's `state_dict` (puffer.training.trainer); the model file a user shares is puffer.files.model_file's.
 
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from puffer import renamed
-from puffer.errors import CheckpointError
+from puffer.errors import CheckpointError, ConfigError
 from puffer.files import trust
 from puffer.files.trust import OPT_IN, UntrustedFileError
 
@@ -235,6 +236,27 @@ def resolve(value: str, outputs: str | Path = "outputs", key: str = "resume") ->
     if not path.is_file():
         raise CheckpointError(errno.ENOENT, f"{key}={value!r}: no such checkpoint file or run directory")
     return path
+
+
+def place_in_multirun(resume: str | None, sweep_dir: str | Path | None, run_dir: str | Path) -> str | None:
+    """`resume`, unless it names a multirun's sweep directory (Hydra's multirun.yaml in it) and
+    this run is part of a multirun (`sweep_dir`, with the run in `run_dir` under it): then the
+    directory at this run's place in that multirun (<resume>/<n>, <resume>/<n>/seed_<s>,
+    <resume>/batches/<name>), so that one `resume=` continues every run of a multirun launched
+    again with its sweep. A place with no checkpoint (a run the interrupted multirun never got
+    to) starts from the beginning, with a warning: None. ConfigError if the multirun holds no
+    checkpoint at all."""
+    if not resume or sweep_dir is None or not (Path(resume) / "multirun.yaml").is_file():
+        return resume
+    if not candidates(resume):
+        raise ConfigError(f"resume={resume!r} is a multirun with no checkpoint in it: nothing to resume")
+    place = Path(run_dir).resolve().relative_to(Path(sweep_dir).resolve())
+    found = Path(resume) / place
+    if not candidates(found):
+        log.warning("resume=%s: no checkpoint in its %s/ (a run it never got to, or one it ran with another "
+                    "launcher or sweep): the run in %s starts from the beginning", resume, place, run_dir)
+        return None
+    return str(found)
 
 
 def rng_state() -> dict:

@@ -109,9 +109,9 @@ def run_seeds(cfg: DictConfig, job_dir: str | Path, sweep_dir: str | Path | None
     for seed in range(cfg.seed, cfg.seed + cfg.trial_seeds):
         seeded = cfg.copy()
         seeded.seed = seed
-        runs.append((seeded, Path(job_dir) if cfg.trial_seeds == 1 else Path(job_dir) / f"seed_{seed}"))
-    for seeded, run_dir in runs:  # (every run's place checked before the first trains)
-        seeded.resume = checkpoint.place_in_multirun(seeded.resume, sweep_dir, run_dir)
+        run_dir = Path(job_dir) if cfg.trial_seeds == 1 else Path(job_dir) / f"seed_{seed}"
+        seeded.resume = checkpoint.place_in_multirun(seeded.resume, sweep_dir, run_dir)  # (all before any trains)
+        runs.append((seeded, run_dir))
     metrics = [run(seeded, run_dir) for seeded, run_dir in runs]
     if sweep_dir is not None:
         log.info("the whole multirun goes on as the same command with resume=%s", sweep_dir)

@@ -77,6 +77,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     for group in groups.values():
         run_group(launcher, group)
         configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    log.info("the whole multirun goes on as the same command with resume=%s", config.hydra.sweep.dir)
     return [job.result for job in jobs]
 
 
@@ -125,7 +126,6 @@ def run_group(launcher, jobs: list[Job]) -> None:
             with logged_to(directories):
                 results += train(chunk, batch_dir)
     finish(jobs, results)
-    log.info("the whole multirun goes on as the same command with resume=%s", sweep_dir)
 
 
 def chunks(members: list, max_members: int, processes: int) -> list[tuple[int, list]]:
@@ -144,8 +144,9 @@ def resume_in_places(batches: list, sweep_dir: Path) -> None:
     from puffer.files.checkpoint import place_in_multirun
 
     for chunk, batch_dir, _ in batches:
+        place = place_in_multirun(chunk[0][0].resume, sweep_dir, batch_dir)  # (a batch resumes from its first's)
         for cfg, _, _ in chunk:
-            cfg.resume = place_in_multirun(cfg.resume, sweep_dir, batch_dir)
+            cfg.resume = place
 
 
 def log_dirs(chunk: list[tuple[DictConfig, Path, list[str]]]) -> list[Path]:

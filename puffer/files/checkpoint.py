@@ -248,15 +248,15 @@ def place_in_multirun(resume: str | None, sweep_dir: str | Path | None, run_dir:
     checkpoint at all."""
     if not resume or sweep_dir is None or not (Path(resume) / "multirun.yaml").is_file():
         return resume
-    if not candidates(resume):
-        raise ConfigError(f"resume={resume!r} is a multirun with no checkpoint in it: nothing to resume")
     place = Path(run_dir).resolve().relative_to(Path(sweep_dir).resolve())
     found = Path(resume) / place
-    if not candidates(found):
-        log.warning("resume=%s: no checkpoint in its %s/ (a run it never got to, or one it ran with another "
-                    "launcher or sweep): the run in %s starts from the beginning", resume, place, run_dir)
-        return None
-    return str(found)
+    if candidates(found):
+        return str(found)
+    if not candidates(resume):  # (the whole multirun searched only where this place has nothing)
+        raise ConfigError(f"resume={resume!r} is a multirun with no checkpoint in it: nothing to resume")
+    log.warning("resume=%s: no checkpoint in its %s/ (a run it never got to, or one it ran with another "
+                "launcher or sweep): the run in %s starts from the beginning", resume, place, run_dir)
+    return None
 
 
 def rng_state() -> dict:

@@ -1,10 +1,10 @@
 """Processes that must not outlive the one that started them (Linux's parent-death signal), and
 the environment the processes started in a block inherit.
 
-What lives here: `environment_variable` (set for a block, restored after), `end_with_parent`, for env workers (SIGKILL: the main process saves their envs,
-nothing of theirs is lost) and torchrun's ranks (SIGHUP: torchrun itself killed, by a SIGUSR1
-to the job's process group say, and each rank saves at its epoch boundary and exits instead of
-training on as an orphan).
+What lives here: `environment_variable` (set for a block, restored after), and `end_with_parent`,
+for env workers (SIGKILL: the main process saves their envs, nothing of theirs is lost) and
+torchrun's ranks (SIGHUP: torchrun itself killed, by a SIGUSR1 to the job's process group say,
+and each rank saves at its epoch boundary and exits instead of training on as an orphan).
 """
 
 from __future__ import annotations
